@@ -1,0 +1,210 @@
+"""The ``opdispatch`` command line.
+
+User errors (bad files, unknown names, unsupported models) print one clear message and exit
+with status 2, without a traceback; internal failures keep their traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from dispatch.errors import OpDispatchError
+
+EXIT_USER_ERROR = 2
+
+
+class UsageError(OpDispatchError):
+    """A command-line argument could not be understood."""
+
+
+def _table(rows: Sequence[Sequence[str]], max_width: int = 60) -> str:
+    widths = [min(max_width, max(len(str(r[k])) for r in rows)) for k in range(len(rows[0]))]
+    lines = []
+    for n, r in enumerate(rows):
+        lines.append("  ".join(str(c)[: widths[k]].ljust(widths[k]) for k, c in enumerate(r)).rstrip())
+        if n == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _parse_shape(text: str) -> tuple[str, list[int]]:
+    name, sep, dims = text.rpartition("=")
+    if not sep or not name:
+        raise UsageError(f"--shape expects NAME=DIMxDIMx..., e.g. data=1x3x224x224; received {text!r}")
+    try:
+        shape = [int(d) for d in dims.lower().split("x")] if dims else []
+    except ValueError:
+        raise UsageError(f"--shape {text!r}: dimensions must be integers separated by 'x'") from None
+    return name, shape
+
+
+def _parse_input(text: str) -> tuple[str, np.ndarray]:
+    name, sep, path = text.rpartition("=")
+    if not sep or not name:
+        raise UsageError(f"--input expects NAME=FILE.npy; received {text!r}")
+    p = Path(path)
+    if not p.is_file():
+        raise UsageError(f"--input {name}: file {path!r} does not exist")
+    try:
+        return name, np.load(p, allow_pickle=False)
+    except (ValueError, OSError) as exc:
+        raise UsageError(f"--input {name}: {path!r} is not a .npy array file ({exc})") from None
+
+
+def _random_feed(shape: Sequence[int], dtype: np.dtype, rng: np.random.Generator) -> np.ndarray:
+    dtype = np.dtype(dtype)
+    if dtype.kind == "f":
+        return rng.standard_normal(shape).astype(dtype)
+    if dtype.kind in "iu":
+        return rng.integers(0, 10, size=shape).astype(dtype)
+    if dtype.kind == "b":
+        return rng.integers(0, 2, size=shape).astype(bool)
+    raise UsageError(f"cannot make random input of dtype {dtype}; pass it with --input")
+
+
+def cmd_backends(args: argparse.Namespace) -> int:
+    from dispatch.backend import load_registry
+    from dispatch.config import Config
+
+    cfg = Config.load({"plugin_path": args.plugin_path})
+    reg = load_registry(cfg.plugin_path or None)
+    rows = [("backend", "status", "version", "layouts", "impls", "origin")]
+    for name, st in reg.backends.items():
+        status = "available" if st.available else f"unavailable: {st.reason}"
+        rows.append((name, status, st.version or "-", ",".join(st.layouts) or "-", str(st.implementations), st.origin))
+    print(_table(rows, max_width=70))
+    if args.verbose:
+        print()
+        rows = [("implementation", "op", "backend", "priority", "description")]
+        for impl in sorted(reg.implementations, key=lambda i: (i.op, i.backend, i.name)):
+            rows.append((impl.name, impl.op, impl.backend, str(impl.priority), impl.doc))
+        print(_table(rows, max_width=60))
+        print()
+        rows = [("converter", "from", "to", "backend", "kind")]
+        for convs in reg.layouts.converters.values():
+            for c in convs:
+                rows.append((c.name, c.src, c.dst, c.backend, "direct" if c.direct else "via standard"))
+        print(_table(rows))
+    return 0
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    from dispatch.config import Config
+
+    cfg = Config.load()
+    print(_table([("setting", "value", "source", "meaning"), *cfg.rows()], max_width=70))
+    print(f"\nconfig file: {cfg.config_file or '(none found)'}")
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from dispatch.session import Session
+
+    shapes = dict(_parse_shape(s) for s in args.shape or [])
+    given = dict(_parse_input(s) for s in args.input or [])
+    backends = [b.strip() for b in args.backends.split(",")] if args.backends else None
+    t0 = time.perf_counter()
+    sess = Session(args.model, backends=backends, input_shapes=shapes or None)
+    load_s = time.perf_counter() - t0
+    rng = np.random.default_rng(args.seed)
+    feeds = {}
+    for inp in sess.get_inputs():
+        feeds[inp.name] = given.pop(inp.name) if inp.name in given else _random_feed(inp.shape, inp.dtype, rng)
+    if given:
+        raise UsageError(
+            f"--input names {sorted(given)}, which are not inputs of the model; its inputs are "
+            f"{[i.name for i in sess.get_inputs()]}"
+        )
+    sess.run(None, feeds)  # warm-up
+    times = []
+    outputs: list[np.ndarray] = []
+    for _ in range(max(1, args.repeat)):
+        t = time.perf_counter()
+        outputs = sess.run(None, feeds)
+        times.append(time.perf_counter() - t)
+    print(sess.describe())
+    print()
+    for info, arr in zip(sess.get_outputs(), outputs):
+        print(f"output {info.name}: shape {list(arr.shape)} {arr.dtype}  mean {float(np.mean(arr)) if arr.size else 0:.6g}")
+    med = float(np.median(times)) * 1e3
+    print(f"\nload+plan {load_s * 1e3:.1f} ms; run median {med:.2f} ms over {len(times)} run(s) "
+          f"(min {min(times) * 1e3:.2f} ms)")
+    if args.output:
+        out = Path(args.output)
+        out.mkdir(parents=True, exist_ok=True)
+        for info, arr in zip(sess.get_outputs(), outputs):
+            safe = info.name.replace("/", "_").replace("\\", "_")
+            np.save(out / f"{safe}.npy", arr)
+        (out / "plan.json").write_text(sess.plan.to_json())
+        print(f"outputs and plan.json written to {out}/")
+    return 0
+
+
+def cmd_example(args: argparse.Namespace) -> int:
+    import onnx
+
+    from dispatch.zoo import light_model
+
+    model = light_model(args.name, seed=args.seed)
+    out = Path(args.output or f"{args.name}.onnx")
+    onnx.save(model, str(out))
+    print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB): the {args.name} architecture from the "
+          f"onnx package with seeded random weights (seed {args.seed})")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from dispatch.zoo import LIGHT_MODELS
+
+    p = argparse.ArgumentParser(prog="opdispatch", description="Tuning-driven operator dispatcher for ONNX models.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    b = sub.add_parser("backends", help="list backends, their availability, layouts and implementations")
+    b.add_argument("-v", "--verbose", action="store_true", help="also list every implementation and converter")
+    b.add_argument("--plugin-path", default=None, help="folders with plugin backends (os.pathsep-separated)")
+    b.set_defaults(fn=cmd_backends)
+
+    c = sub.add_parser("config", help="print the effective configuration and where each value came from")
+    c.set_defaults(fn=cmd_config)
+
+    r = sub.add_parser("run", help="run a model once with the untuned plan and show what ran where")
+    r.add_argument("model", help="path of an .onnx model")
+    r.add_argument("--input", action="append", metavar="NAME=FILE.npy", help="an input array (default: random)")
+    r.add_argument("--shape", action="append", metavar="NAME=1x3x224x224", help="static shape for an input")
+    r.add_argument("--output", metavar="DIR", help="write outputs (.npy) and the plan (JSON) here")
+    r.add_argument("--backends", help="allowed backends in priority order, e.g. native,numpy")
+    r.add_argument("--repeat", type=int, default=5, help="timed runs after one warm-up (default 5)")
+    r.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    r.set_defaults(fn=cmd_run)
+
+    e = sub.add_parser("example", help="write an example model (onnx's light architectures, random weights)")
+    e.add_argument("name", choices=LIGHT_MODELS)
+    e.add_argument("-o", "--output", help="output path (default NAME.onnx)")
+    e.add_argument("--seed", type=int, default=0)
+    e.set_defaults(fn=cmd_example)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.fn(args) or 0)
+    except OpDispatchError as exc:
+        print(f"opdispatch {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except KeyboardInterrupt:
+        print("opdispatch: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

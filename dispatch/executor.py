@@ -1,0 +1,281 @@
+"""Runs a :class:`~dispatch.plan.Plan`.
+
+Everything is resolved when the executor is built: kernels are prepared once (weights packed,
+constants converted to the layouts their consumers want), every tensor gets a slot index, and
+the call list holds ``(callable, input slots, output slots)``. A run does no registry or dict
+lookups: it walks the call list over a list of slots and releases each slot after its last
+reader (buffer reuse by liveness: the allocator gets the memory back as soon as it is dead).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from dispatch.errors import KernelError, PlanError
+from dispatch.graph import Graph
+from dispatch.plan import Plan
+from dispatch.registry import STANDARD, Registry
+
+
+@dataclass
+class Call:
+    """One entry of the call list."""
+
+    label: str
+    kind: str  # "kernel" or "convert"
+    fn: Callable
+    ins: tuple[int, ...]
+    outs: tuple[int, ...]
+    impl: str
+    backend: str
+    #: expected physical (shape, dtype) per output, checked after each call
+    expect: tuple[tuple[tuple[int, ...], np.dtype], ...] = ()
+    #: slots to release after this call (their last reader)
+    free: tuple[int, ...] = ()
+
+
+@dataclass
+class MemoryPlan:
+    """Liveness-derived memory figures for one run (bytes)."""
+
+    peak_bytes: int
+    constant_bytes: int
+    per_call_live_bytes: list[int] = field(default_factory=list)
+
+
+class Executor:
+    """A prepared, repeatedly runnable plan."""
+
+    def __init__(self, graph: Graph, plan: Plan, registry: Registry) -> None:
+        self.graph = graph
+        self.plan = plan
+        self._slots: dict[tuple[str, str], int] = {}
+        self._template: list[object] = []
+        self._slot_bytes: list[int] = []
+        self.calls: list[Call] = []
+        self._input_slots: list[tuple[str, int]] = []
+        self._output_slots: dict[str, int] = {}
+        self._build(registry)
+
+    # -- building ----------------------------------------------------------------------
+    def _slot(self, value: str, layout: str, nbytes: int = 0) -> int:
+        key = (value, layout)
+        if key not in self._slots:
+            self._slots[key] = len(self._template)
+            self._template.append(None)
+            self._slot_bytes.append(nbytes)
+        return self._slots[key]
+
+    def _build(self, registry: Registry) -> None:
+        graph, plan = self.graph, self.plan
+        planned = [n for s in plan.steps for n in s.nodes]
+        missing = [n.name for n in graph.nodes if n.name not in planned]
+        extra = sorted(set(planned) - {n.name for n in graph.nodes})
+        if missing or extra:
+            raise PlanError(
+                f"the plan does not match graph {graph.name!r}: nodes without a step: "
+                f"{missing[:10]}; steps for unknown nodes: {extra[:10]}"
+            )
+        for v in graph.values.values():
+            if v.is_const:
+                self._template[self._slot(v.name, STANDARD, 0)] = v.const
+        for v in graph.inputs:
+            self._input_slots.append((v.name, self._slot(v.name, STANDARD, v.nbytes)))
+
+        conv_by_target: dict[tuple[str, str], list] = {}
+        for c in plan.conversions:
+            conv_by_target[(c.value, c.dst)] = [registry.layouts.converter(n) for n in c.chain]
+
+        # constants converted once, now
+        for (value, dst), chain in conv_by_target.items():
+            v = graph.value(value)
+            if not v.is_const:
+                continue
+            arr = v.const
+            for conv in chain:
+                arr = conv(arr, v.shape)
+            self._template[self._slot(value, dst, 0)] = arr
+
+        emitted: set[tuple[str, str]] = set()
+        by_name = {n.name: n for n in graph.nodes}
+        for step in plan.steps:
+            impl = registry.impl(step.impl)
+            node = by_name[step.nodes[0]]
+            if len(step.nodes) != 1:
+                raise PlanError(
+                    f"step {step.impl} covers {len(step.nodes)} nodes; multi-node steps need a "
+                    f"fused implementation, which this executor version does not run"
+                )
+            ins: list[int] = []
+            for v, lay in zip(node.inputs, step.layouts_in):
+                if v is None:
+                    ins.append(-1)
+                    continue
+                if lay != STANDARD or (v.name, lay) not in self._slots:
+                    self._ensure_conversion(v.name, lay, conv_by_target, emitted, registry)
+                ins.append(self._slots[(v.name, lay)])
+            outs: list[int] = []
+            expect = []
+            for v, lay in zip(node.outputs, step.layouts_out):
+                layout = registry.layouts.layout(lay)
+                assert v.shape is not None and v.dtype is not None
+                phys = layout.stored_shape(v.shape)
+                nbytes = int(np.prod(phys, dtype=np.int64)) * v.dtype.itemsize
+                outs.append(self._slot(v.name, lay, nbytes))
+                expect.append((tuple(phys), np.dtype(v.dtype)))
+            try:
+                fn = impl.build(node)
+            except Exception as exc:
+                raise KernelError(
+                    f"building {impl.name} (backend {impl.backend}) for node {node.name!r} failed: "
+                    f"{type(exc).__name__}: {exc}"
+                ) from exc
+            self.calls.append(
+                Call(node.name, "kernel", fn, tuple(ins), tuple(outs), impl.name, impl.backend, tuple(expect))
+            )
+        for v in graph.outputs:
+            if (v.name, STANDARD) not in self._slots:
+                self._ensure_conversion(v.name, STANDARD, conv_by_target, emitted, registry)
+            self._output_slots[v.name] = self._slots[(v.name, STANDARD)]
+        self._plan_liveness()
+
+    def _ensure_conversion(self, value, dst, conv_by_target, emitted, registry) -> None:
+        if (value, dst) in self._slots:
+            return
+        chain = conv_by_target.get((value, dst))
+        if chain is None:
+            have = [lay for (name, lay) in self._slots if name == value]
+            raise PlanError(
+                f"the plan has no conversion of {value!r} to layout {dst!r}; it exists in "
+                f"{have or 'no layout yet'}"
+            )
+        conv0 = chain[0]
+        src_slot = self._slots.get((value, conv0.src))
+        if src_slot is None:
+            raise PlanError(f"conversion of {value!r} reads layout {conv0.src!r}, which nothing produces")
+        v = self.graph.value(value)
+        assert v.shape is not None and v.dtype is not None
+        shape = tuple(v.shape)
+        fns = [c.fn for c in chain]
+        if len(fns) == 1:
+            f0 = fns[0]
+
+            def fn(x, _f=f0, _s=shape):
+                return _f(x, _s)
+        else:
+
+            def fn(x, _fs=tuple(fns), _s=shape):
+                for f in _fs:
+                    x = f(x, _s)
+                return x
+
+        layout = registry.layouts.layout(dst)
+        phys = layout.stored_shape(shape)
+        nbytes = int(np.prod(phys, dtype=np.int64)) * v.dtype.itemsize
+        out = self._slot(value, dst, nbytes)
+        self.calls.append(
+            Call(
+                f"convert {value} {conv0.src}->{dst}",
+                "convert",
+                fn,
+                (src_slot,),
+                (out,),
+                " > ".join(c.name for c in chain),
+                chain[0].backend,
+                ((tuple(phys), np.dtype(v.dtype)),),
+            )
+        )
+        emitted.add((value, dst))
+
+    def _plan_liveness(self) -> None:
+        """Find each slot's last reader and the peak of live bytes."""
+        const_slots = {k for k, v in enumerate(self._template) if v is not None}
+        keep = set(self._output_slots.values()) | const_slots
+        last: dict[int, int] = {}
+        for k, call in enumerate(self.calls):
+            for s in call.ins:
+                if s >= 0:
+                    last[s] = k
+            for s in call.outs:
+                last.setdefault(s, k)  # written but never read: dead right away
+        frees: dict[int, list[int]] = {}
+        for s, k in last.items():
+            if s not in keep:
+                frees.setdefault(k, []).append(s)
+        live = sum(self._slot_bytes[s] for _, s in self._input_slots)
+        peak = live
+        per_call = []
+        for k, call in enumerate(self.calls):
+            live += sum(self._slot_bytes[s] for s in call.outs)
+            peak = max(peak, live)
+            per_call.append(live)
+            dead = tuple(frees.get(k, ()))
+            live -= sum(self._slot_bytes[s] for s in dead)
+            call.free = dead
+        const_bytes = sum(
+            int(getattr(self._template[s], "nbytes", 0)) for s in const_slots
+        )
+        self.memory = MemoryPlan(peak_bytes=peak, constant_bytes=const_bytes, per_call_live_bytes=per_call)
+
+    # -- running -----------------------------------------------------------------------
+    def run(
+        self,
+        feeds: Mapping[str, np.ndarray],
+        output_names: Sequence[str] | None = None,
+        *,
+        timings: list[float] | None = None,
+    ) -> list[np.ndarray]:
+        """Run once. ``feeds`` must already be validated (see ``Session.run``). When
+        ``timings`` is a list, the wall time of each call (seconds) is appended to it."""
+        slots = list(self._template)
+        for name, s in self._input_slots:
+            slots[s] = feeds[name]
+        calls = self.calls
+        k = -1
+        try:
+            if timings is None:
+                for k, call in enumerate(calls):
+                    self._invoke(call, slots)
+            else:
+                for k, call in enumerate(calls):
+                    t0 = time.perf_counter()
+                    self._invoke(call, slots)
+                    timings.append(time.perf_counter() - t0)
+        except KernelError:
+            raise
+        except Exception as exc:
+            call = calls[k]
+            what = "converter" if call.kind == "convert" else "implementation"
+            raise KernelError(
+                f"node {call.label!r}: {what} {call.impl} (backend {call.backend}) raised "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+        names = output_names if output_names is not None else list(self._output_slots)
+        return [slots[self._output_slots[n]] for n in names]  # type: ignore[misc]
+
+    @staticmethod
+    def _invoke(call: Call, slots: list) -> None:
+        args = [slots[s] if s >= 0 else None for s in call.ins]
+        out = call.fn(*args)
+        if type(out) is not tuple:
+            out = tuple(out) if isinstance(out, list) else (out,)
+        if len(out) < len(call.outs):
+            raise KernelError(
+                f"node {call.label!r}: {call.impl} returned {len(out)} output(s), the node has "
+                f"{len(call.outs)}"
+            )
+        for s, arr, (shape, dtype) in zip(call.outs, out, call.expect):
+            if not isinstance(arr, np.ndarray):
+                arr = np.asarray(arr, dtype=dtype)
+            if arr.shape != shape or arr.dtype != dtype:
+                raise KernelError(
+                    f"node {call.label!r}: {call.impl} (backend {call.backend}) produced an array "
+                    f"of shape {arr.shape} and dtype {arr.dtype}; expected shape {shape} and dtype {dtype}"
+                )
+            slots[s] = arr
+        for s in call.free:
+            slots[s] = None

@@ -1,0 +1,190 @@
+"""The in-memory graph: :class:`Value`, :class:`Node` and :class:`Graph`.
+
+After import every value has a static shape and dtype; constants (initializers and folded
+values) carry their data in :attr:`Value.const`. Nodes are kept in topological order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from dispatch.errors import PlanError, known
+
+
+@dataclass(eq=False)
+class Value:
+    """A tensor in the graph: name, static shape, dtype and, for constants, the data."""
+
+    name: str
+    shape: tuple[int, ...] | None
+    dtype: np.dtype | None
+    const: np.ndarray | None = None
+
+    @property
+    def is_const(self) -> bool:
+        return self.const is not None
+
+    @property
+    def rank(self) -> int:
+        if self.shape is None:
+            raise PlanError(f"value {self.name!r} has no static shape")
+        return len(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        if self.shape is None or self.dtype is None:
+            return 0
+        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+    def __repr__(self) -> str:
+        kind = "const " if self.is_const else ""
+        return f"Value({self.name!r}, {kind}shape={self.shape}, dtype={self.dtype})"
+
+
+@dataclass(eq=False)
+class Node:
+    """One operator application.
+
+    ``inputs`` holds ``None`` for an omitted optional input; ``outputs`` may hold values that
+    nothing consumes (e.g. Dropout's mask). ``opset`` is the opset version of the node's
+    domain, so that implementations can read attribute-or-input forms of older opsets.
+    """
+
+    name: str
+    op_type: str
+    inputs: list[Value | None]
+    outputs: list[Value]
+    attrs: dict[str, Any] = field(default_factory=dict)
+    domain: str = ""
+    opset: int = 21
+
+    def attr(self, name: str, default: Any = None) -> Any:
+        """Return attribute ``name`` or ``default`` when the node does not set it."""
+        return self.attrs.get(name, default)
+
+    def input(self, i: int) -> Value | None:
+        """Return input ``i`` or ``None`` when it is absent or omitted."""
+        return self.inputs[i] if i < len(self.inputs) else None
+
+    def const_input(self, i: int) -> np.ndarray | None:
+        """Return the constant data of input ``i``, or ``None`` when it is not constant."""
+        v = self.input(i)
+        return None if v is None else v.const
+
+    @property
+    def key_op(self) -> str:
+        """Operator key in the registry: ``op_type`` for the default domain, else ``domain::op``."""
+        return op_key(self.domain, self.op_type)
+
+    def __repr__(self) -> str:
+        ins = ", ".join(v.name if v else "<none>" for v in self.inputs)
+        outs = ", ".join(v.name for v in self.outputs)
+        return f"Node({self.name!r}: {self.op_type}({ins}) -> {outs})"
+
+
+def op_key(domain: str, op_type: str) -> str:
+    """The registry key of an operator: bare for ONNX's default domain."""
+    return op_type if domain in ("", "ai.onnx") else f"{domain}::{op_type}"
+
+
+@dataclass(eq=False)
+class Graph:
+    """A model after import: values by name, nodes in topological order, inputs and outputs."""
+
+    name: str
+    nodes: list[Node]
+    values: dict[str, Value]
+    inputs: list[Value]
+    outputs: list[Value]
+    opsets: dict[str, int] = field(default_factory=dict)
+
+    def value(self, name: str) -> Value:
+        try:
+            return self.values[name]
+        except KeyError:
+            raise PlanError(
+                f"graph {self.name!r} has no value {name!r}; known: {known(self.values)}"
+            ) from None
+
+    def node(self, name: str) -> Node:
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise PlanError(
+            f"graph {self.name!r} has no node {name!r}; known: {known(n.name for n in self.nodes)}"
+        )
+
+    def producers(self) -> dict[str, Node]:
+        """Map each non-constant value name to the node producing it."""
+        return {o.name: n for n in self.nodes for o in n.outputs}
+
+    def consumers(self) -> dict[str, list[Node]]:
+        """Map each value name to the nodes that read it, in graph order."""
+        out: dict[str, list[Node]] = {}
+        for n in self.nodes:
+            for v in n.inputs:
+                if v is not None:
+                    out.setdefault(v.name, []).append(n)
+        return out
+
+    def ops(self) -> Iterator[str]:
+        return (n.key_op for n in self.nodes)
+
+    def remove_unused(self) -> None:
+        """Drop nodes none of whose outputs reach a graph output, and unreferenced values."""
+        needed = {v.name for v in self.outputs}
+        keep: list[Node] = []
+        for n in reversed(self.nodes):
+            if any(o.name in needed for o in n.outputs):
+                keep.append(n)
+                needed.update(v.name for v in n.inputs if v is not None)
+        self.nodes = keep[::-1]
+        live = needed | {v.name for v in self.inputs}
+        for n in self.nodes:
+            live.update(o.name for o in n.outputs)
+        self.values = {k: v for k, v in self.values.items() if k in live}
+
+    def summary(self) -> str:
+        from collections import Counter
+
+        counts = Counter(n.op_type for n in self.nodes)
+        ops = ", ".join(f"{k} x{c}" for k, c in counts.most_common())
+        return f"graph {self.name!r}: {len(self.nodes)} nodes ({ops})"
+
+
+def topological_order(nodes: Sequence[Node], available: set[str]) -> list[Node]:
+    """Order ``nodes`` so that each comes after the producers of its inputs.
+
+    ``available`` holds value names ready before any node runs (graph inputs, constants).
+    Raises :class:`PlanError` naming the nodes on a cycle or with a missing input.
+    """
+    ready = set(available)
+    pending = list(nodes)
+    ordered: list[Node] = []
+    while pending:
+        progressed = False
+        rest: list[Node] = []
+        for n in pending:
+            if all(v is None or v.name in ready for v in n.inputs):
+                ordered.append(n)
+                ready.update(o.name for o in n.outputs)
+                progressed = True
+            else:
+                rest.append(n)
+        if not progressed:
+            missing = sorted(
+                {v.name for n in rest for v in n.inputs if v is not None and v.name not in ready}
+                - {o.name for n in rest for o in n.outputs}
+            )
+            names = ", ".join(n.name for n in rest[:10])
+            if missing:
+                raise PlanError(
+                    f"nodes {names} read values that nothing produces: {', '.join(missing[:10])}"
+                )
+            raise PlanError(f"the graph has a cycle through nodes: {names}")
+        pending = rest
+    return ordered

@@ -1,0 +1,256 @@
+"""Simplification passes run at load time.
+
+- :func:`fold_constants`: evaluate nodes whose inputs are all constant (and ``Shape``/``Size``
+  of statically shaped values) with the reference implementation, e.g. the
+  ConstantOfShape / Shape / Unsqueeze chains that generate weights.
+- :func:`remove_noops`: drop inference no-ops (Identity, Dropout without a used mask).
+- :func:`fold_batchnorm`: fold an inference BatchNormalization into the Conv before it.
+- :func:`fill_shapes`: give a static shape to values that onnx's inference left unknown, by
+  evaluating the reference implementation on placeholders.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+
+import numpy as np
+
+from dispatch.errors import OpDispatchError, ShapeInferenceError, UnsupportedOpError
+from dispatch.graph import Graph, Node, Value
+from dispatch.registry import STANDARD, Implementation, Registry
+
+#: operators never folded: their result differs from run to run
+NONDETERMINISTIC = frozenset(
+    {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli"}
+)
+#: largest tensor (bytes) that constant folding materialises
+FOLD_LIMIT_BYTES = 1 << 30
+
+
+def reference_impl(registry: Registry, node: Node) -> Implementation:
+    """The implementation that defines ``node``'s semantics: the numpy backend's first
+    supporting one, else any standard-layout implementation that supports it."""
+    if not registry.has_op(node.key_op):
+        raise UnsupportedOpError(
+            f"node {node.name!r}: operator {node.key_op!r} has no implementation; known "
+            f"operators: {', '.join(registry.ops)}"
+        )
+    impls = registry.impls_for(node.key_op)
+    ordered = [i for i in impls if i.backend == "numpy"] + [i for i in impls if i.backend != "numpy"]
+    reasons = []
+    for impl in ordered:
+        if any(lay != STANDARD for lay in impl.input_layouts(node) + impl.output_layouts(node)):
+            continue
+        reason = impl.supports(node)
+        if reason is None:
+            return impl
+        reasons.append(f"{impl.name}: {reason}")
+    raise UnsupportedOpError(
+        f"node {node.name!r} ({node.op_type}) is supported by no standard-layout implementation: "
+        + "; ".join(reasons)
+    )
+
+
+def evaluate(registry: Registry, node: Node, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
+    """Run ``node`` once on ``inputs`` with its reference implementation."""
+    impl = reference_impl(registry, node)
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        out = impl.build(node)(*inputs)
+    return list(out) if isinstance(out, tuple | list) else [out]
+
+
+def replace_uses(graph: Graph, old: Value, new: Value) -> None:
+    """Make every reader of ``old`` (nodes and graph outputs) read ``new`` instead."""
+    for n in graph.nodes:
+        n.inputs = [new if v is old else v for v in n.inputs]
+    graph.outputs = [new if v is old else v for v in graph.outputs]
+
+
+def _bypass(graph: Graph, node: Node, src: Value, dst: Value) -> bool:
+    """Remove ``node`` whose output ``dst`` equals its input ``src``. Keeps graph output names.
+    Returns False when the node must stay (it copies a graph input or constant to an output)."""
+    output_names = {v.name for v in graph.outputs}
+    if dst.name not in output_names:
+        replace_uses(graph, dst, src)
+    else:
+        producer = next((n for n in graph.nodes if any(o is src for o in n.outputs)), None)
+        if producer is None or src.name in output_names:
+            return False
+        producer.outputs = [dst if o is src else o for o in producer.outputs]
+        replace_uses(graph, src, dst)
+    graph.nodes.remove(node)
+    return True
+
+
+def fold_constants(graph: Graph, registry: Registry) -> int:
+    """Replace nodes computable at load time by constants; returns how many were folded."""
+    folded = 0
+    output_names = {v.name for v in graph.outputs}
+    for node in list(graph.nodes):
+        if node.op_type in NONDETERMINISTIC:
+            continue
+        result: list[np.ndarray] | None = None
+        if node.op_type in ("Shape", "Size") and node.domain == "":
+            src = node.input(0)
+            if src is not None and src.shape is not None:
+                result = [_shape_or_size(node, src.shape)]
+        elif all(v is None or v.is_const for v in node.inputs):
+            sizes = [o.nbytes for o in node.outputs]
+            if sum(sizes) > FOLD_LIMIT_BYTES:
+                continue
+            try:
+                result = evaluate(registry, node, [v.const if v else None for v in node.inputs])
+            except OpDispatchError:
+                continue  # left for the planner, which reports unsupported operators
+        if result is None:
+            continue
+        if any(o.name in output_names for o in node.outputs):
+            continue  # keep graph outputs computed by a node, so the model still runs something
+        for value, arr in zip(node.outputs, result):
+            arr = np.asarray(arr)
+            value.const = arr
+            value.shape = tuple(arr.shape)
+            value.dtype = arr.dtype
+        graph.nodes.remove(node)
+        folded += 1
+    return folded
+
+
+def _shape_or_size(node: Node, shape: tuple[int, ...]) -> np.ndarray:
+    if node.op_type == "Size":
+        return np.array(int(np.prod(shape, dtype=np.int64)), dtype=np.int64)
+    rank = len(shape)
+    start = node.attr("start", 0)
+    end = node.attr("end", rank)
+    start = max(0, min(rank, start + rank if start < 0 else start))
+    end = max(0, min(rank, end + rank if end < 0 else end))
+    return np.array(shape[start:end], dtype=np.int64)
+
+
+def _is_dropout_noop(node: Node, used: set[str]) -> bool:
+    if len(node.outputs) > 1 and node.outputs[1].name in used:
+        return False
+    mode = node.input(2)
+    if mode is not None:
+        return mode.is_const and not bool(np.asarray(mode.const).item())
+    return node.attr("is_test", 1) != 0 or node.opset >= 7
+
+
+def remove_noops(graph: Graph) -> int:
+    """Drop Identity and inference-mode Dropout nodes; returns how many were removed."""
+    removed = 0
+    for node in list(graph.nodes):
+        if node.domain != "" or node.op_type not in ("Identity", "Dropout"):
+            continue
+        used = {v.name for n in graph.nodes for v in n.inputs if v is not None}
+        used |= {v.name for v in graph.outputs}
+        if node.op_type == "Dropout" and not _is_dropout_noop(node, used):
+            continue
+        src = node.input(0)
+        if src is None:
+            continue
+        if _bypass(graph, node, src, node.outputs[0]):
+            removed += 1
+    return removed
+
+
+def fold_batchnorm(graph: Graph) -> int:
+    """Fold ``Conv -> BatchNormalization`` (constant weights and statistics, inference mode,
+    the Conv output read by nothing else) into one Conv; returns how many were folded."""
+    folded = 0
+    consumers = graph.consumers()
+    output_names = {v.name for v in graph.outputs}
+    for bn in list(graph.nodes):
+        if bn.op_type != "BatchNormalization" or bn.domain != "":
+            continue
+        x = bn.input(0)
+        if x is None or x.name in output_names or len(consumers.get(x.name, [])) != 1:
+            continue
+        conv = next((n for n in graph.nodes if n.op_type == "Conv" and n.outputs[0] is x), None)
+        if conv is None or conv.domain != "":
+            continue
+        if bn.attr("training_mode", 0) or bn.attr("spatial", 1) != 1:
+            continue
+        if any(o.name in consumers or o.name in output_names for o in bn.outputs[1:]):
+            continue
+        params = [bn.const_input(i) for i in range(1, 5)]
+        w = conv.const_input(1)
+        bias_in = conv.input(2)
+        if w is None or any(p is None for p in params) or (bias_in is not None and not bias_in.is_const):
+            continue
+        scale, beta, mean, var = (np.asarray(p, dtype=np.float64) for p in params)  # type: ignore[arg-type]
+        eps = float(bn.attr("epsilon", 1e-5))
+        m = w.shape[0]
+        if any(p.shape != (m,) for p in (scale, beta, mean, var)):
+            continue
+        factor = scale / np.sqrt(var + eps)
+        b = np.zeros(m) if bias_in is None else np.asarray(bias_in.const, dtype=np.float64)
+        new_w = (w.astype(np.float64) * factor.reshape((m,) + (1,) * (w.ndim - 1))).astype(w.dtype)
+        new_b = ((b - mean) * factor + beta).astype(w.dtype)
+        wv = Value(f"{conv.name}__bnfolded_W", tuple(new_w.shape), new_w.dtype, new_w)
+        bv = Value(f"{conv.name}__bnfolded_B", (m,), new_b.dtype, new_b)
+        graph.values[wv.name] = wv
+        graph.values[bv.name] = bv
+        conv.inputs = [conv.inputs[0], wv, bv]
+        conv.outputs = [bn.outputs[0]]
+        graph.nodes.remove(bn)
+        folded += 1
+    return folded
+
+
+def fill_shapes(graph: Graph, registry: Registry) -> int:
+    """Give static shapes to values that onnx's inference left unknown; returns how many."""
+    filled = 0
+    for node in graph.nodes:
+        if all(o.shape is not None and o.dtype is not None for o in node.outputs):
+            continue
+        placeholders: list[np.ndarray | None] = []
+        for v in node.inputs:
+            if v is None:
+                placeholders.append(None)
+            elif v.is_const:
+                placeholders.append(v.const)
+            elif v.shape is None or v.dtype is None:
+                raise ShapeInferenceError(
+                    f"the shape of {v.name!r} (input of node {node.name!r}, {node.op_type}) could not "
+                    f"be inferred statically; give the model's inputs static shapes with input_shapes= "
+                    f"or --shape"
+                )
+            else:
+                placeholders.append(np.zeros(v.shape, v.dtype))
+        try:
+            results = evaluate(registry, node, placeholders)
+        except UnsupportedOpError:
+            raise
+        except Exception as exc:
+            raise ShapeInferenceError(
+                f"the output shape of node {node.name!r} ({node.op_type}) could not be inferred "
+                f"statically ({type(exc).__name__}: {exc})"
+            ) from None
+        for value, arr in zip(node.outputs, results):
+            if value.shape is None or value.dtype is None:
+                value.shape = tuple(np.shape(arr))
+                value.dtype = np.asarray(arr).dtype
+                filled += 1
+    return filled
+
+
+Pass = Callable[[Graph], int]
+
+
+def simplify(graph: Graph, registry: Registry) -> dict[str, int]:
+    """Run every load-time pass; returns how much each one changed."""
+    stats = {
+        "folded_constants": fold_constants(graph, registry),
+        "removed_noops": remove_noops(graph),
+    }
+    stats["filled_shapes"] = fill_shapes(graph, registry)
+    stats["folded_constants"] += fold_constants(graph, registry)
+    stats["folded_batchnorm"] = fold_batchnorm(graph)
+    graph.remove_unused()
+    for v in graph.values.values():
+        if v.shape is None or v.dtype is None:
+            raise ShapeInferenceError(f"value {v.name!r} has no static shape or dtype after import")
+    return stats

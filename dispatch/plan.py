@@ -1,0 +1,436 @@
+"""Plans: which implementation runs each node, in which layouts, with which converters.
+
+A :class:`Plan` is pure data (JSON, never pickle). Each :class:`PlanStep` covers one node (or,
+for fused implementations, a connected set of nodes) and names one implementation with its
+concrete layouts. Each :class:`Conversion` changes one tensor to one target layout, once,
+shared by every consumer that wants that layout.
+
+:func:`heuristic_plan` builds the untuned plan: per node, the first backend in the configured
+order that has a supporting implementation wins; within that backend the candidate needing the
+cheapest input conversions wins, then the higher priority. Every candidate that lost is
+recorded with its reason.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from dispatch.errors import PlanError, UnsupportedOpError, known
+from dispatch.graph import Graph, Node
+from dispatch.registry import STANDARD, Implementation, Registry
+
+PLAN_FORMAT_VERSION = 1
+
+
+@dataclass
+class Rejected:
+    """A candidate that did not win, and why."""
+
+    impl: str
+    backend: str
+    reason: str
+
+
+@dataclass
+class PlanStep:
+    """One implementation bound to one node (or a fused set of nodes)."""
+
+    nodes: list[str]
+    op: str
+    impl: str
+    backend: str
+    layouts_in: list[str]
+    layouts_out: list[str]
+    why: str = ""
+    rejected: list[Rejected] = field(default_factory=list)
+    cost_ms: float | None = None
+
+
+@dataclass
+class Conversion:
+    """Convert tensor ``value`` from layout ``src`` to ``dst`` through ``chain`` (converter
+    names), once for all of ``consumers``. ``at_build`` conversions apply to constants and run
+    once when the executor is built, never per inference."""
+
+    value: str
+    src: str
+    dst: str
+    chain: list[str]
+    consumers: list[str]
+    cost_bytes: float = 0.0
+    at_build: bool = False
+
+
+@dataclass
+class Plan:
+    """A complete assignment for a graph."""
+
+    graph: str
+    steps: list[PlanStep]
+    conversions: list[Conversion]
+    provenance: dict[str, Any] = field(default_factory=dict)
+    version: int = PLAN_FORMAT_VERSION
+
+    # -- lookup ------------------------------------------------------------------------
+    def step_for(self, node: str) -> PlanStep:
+        for s in self.steps:
+            if node in s.nodes:
+                return s
+        raise PlanError(
+            f"the plan assigns no implementation to node {node!r}; planned nodes: "
+            f"{known(n for s in self.steps for n in s.nodes)}"
+        )
+
+    def backends_used(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for s in self.steps:
+            counts[s.backend] = counts.get(s.backend, 0) + len(s.nodes)
+        return counts
+
+    # -- serialisation -----------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent, sort_keys=False)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Plan:
+        try:
+            version = int(data.get("version", -1))
+            if version != PLAN_FORMAT_VERSION:
+                raise PlanError(
+                    f"plan format version {version} is not supported; expected {PLAN_FORMAT_VERSION}"
+                )
+            steps = [
+                PlanStep(**{**s, "rejected": [Rejected(**r) for r in s.get("rejected", [])]})
+                for s in data["steps"]
+            ]
+            convs = [Conversion(**c) for c in data["conversions"]]
+            return cls(str(data["graph"]), steps, convs, dict(data.get("provenance", {})), version)
+        except PlanError:
+            raise
+        except (KeyError, TypeError, ValueError) as exc:
+            raise PlanError(f"malformed plan: {type(exc).__name__}: {exc}") from None
+
+    @classmethod
+    def from_json(cls, text: str) -> Plan:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise PlanError(f"a plan must be JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise PlanError(f"a plan must be a JSON object, received {type(data).__name__}")
+        return cls.from_dict(data)
+
+    def describe(self) -> str:
+        """A compact text table: node, op, implementation, backend, layouts."""
+        rows = [("node", "op", "implementation", "backend", "layouts in -> out")]
+        for s in self.steps:
+            rows.append(
+                (
+                    "+".join(s.nodes),
+                    s.op,
+                    s.impl,
+                    s.backend,
+                    f"{','.join(s.layouts_in) or '-'} -> {','.join(s.layouts_out)}",
+                )
+            )
+        for c in self.conversions:
+            rows.append(
+                (
+                    f"[convert {c.value}]",
+                    "Converter",
+                    " > ".join(c.chain),
+                    "build time" if c.at_build else "run time",
+                    f"{c.src} -> {c.dst}",
+                )
+            )
+        widths = [min(48, max(len(r[k]) for r in rows)) for k in range(5)]
+        return "\n".join(
+            "  ".join(col[: widths[k]].ljust(widths[k]) for k, col in enumerate(r)).rstrip()
+            for r in rows
+        )
+
+
+# ------------------------------------------------------------------------------------------
+# candidate checks
+# ------------------------------------------------------------------------------------------
+
+
+def layout_reason(registry: Registry, impl: Implementation, node: Node) -> str | None:
+    """``None`` when every tensor of ``node`` can be held in the layouts ``impl`` declares."""
+    for values, layouts in (
+        (node.inputs, impl.input_layouts(node)),
+        (node.outputs, impl.output_layouts(node)),
+    ):
+        for v, lay in zip(values, layouts):
+            if v is None or lay == STANDARD:
+                continue
+            if lay not in registry.layouts.layouts:
+                return f"layout {lay!r} is not registered (known: {known(registry.layouts.layouts)})"
+            if v.shape is None:
+                return f"{v.name} has no static shape"
+            reason = registry.layouts.layout(lay).applies(v.shape, v.dtype)
+            if reason:
+                return f"{v.name}: {reason}"
+    return None
+
+
+def candidate_reason(registry: Registry, impl: Implementation, node: Node) -> str | None:
+    """``None`` when ``impl`` can run ``node`` (supports() and layouts), else why not."""
+    return impl.supports(node) or layout_reason(registry, impl, node)
+
+
+# ------------------------------------------------------------------------------------------
+# heuristic planner
+# ------------------------------------------------------------------------------------------
+
+
+def heuristic_plan(
+    graph: Graph,
+    registry: Registry,
+    backend_order: Sequence[str],
+    *,
+    overrides: Mapping[str, str] | None = None,
+) -> Plan:
+    """The untuned plan for ``graph`` over ``backend_order`` (see the module docstring).
+
+    ``overrides`` maps node names to implementation names that must be used (tests and the
+    tuner use it); an override that does not support its node raises :class:`PlanError`.
+    """
+    overrides = dict(overrides or {})
+    unknown_nodes = set(overrides) - {n.name for n in graph.nodes}
+    if unknown_nodes:
+        raise PlanError(
+            f"overrides name nodes not in the graph: {sorted(unknown_nodes)}; known nodes: "
+            f"{known(n.name for n in graph.nodes)}"
+        )
+    available = set(registry.available_backends())
+    order = [b for b in backend_order if b in available]
+    skipped_backends = {
+        b: (registry.backends[b].reason or "unavailable") if b in registry.backends else "not installed"
+        for b in backend_order
+        if b not in available
+    }
+    check_supported_ops(graph, registry, order)
+
+    produced: dict[str, str] = {v.name: STANDARD for v in graph.inputs}
+    steps: list[PlanStep] = []
+    unsupported: list[str] = []
+    for node in graph.nodes:
+        if node.name in overrides:
+            step = _forced_step(registry, node, overrides[node.name])
+        else:
+            step = _choose(registry, node, order, produced, skipped_backends)
+        if step is None:
+            impls = registry.impls_for(node.key_op, order)
+            reasons = "; ".join(f"{i.name}: {candidate_reason(registry, i, node)}" for i in impls)
+            unsupported.append(f"{node.name} ({node.op_type}): {reasons or 'no implementation'}")
+            continue
+        steps.append(step)
+        for v, lay in zip(node.outputs, step.layouts_out):
+            produced[v.name] = lay
+    if unsupported:
+        raise UnsupportedOpError(
+            f"{len(unsupported)} node(s) have no implementation that supports them in backends "
+            f"{order}:\n  " + "\n  ".join(unsupported)
+        )
+    conversions = plan_conversions(graph, registry, steps)
+    return Plan(
+        graph=graph.name,
+        steps=steps,
+        conversions=conversions,
+        provenance={
+            "source": "heuristic",
+            "backend_order": list(order),
+            "skipped_backends": skipped_backends,
+            "overrides": overrides,
+        },
+    )
+
+
+def check_supported_ops(graph: Graph, registry: Registry, order: Sequence[str]) -> None:
+    """Raise one error listing every operator of ``graph`` that no allowed backend implements."""
+    missing: dict[str, list[str]] = {}
+    for node in graph.nodes:
+        ok = registry.has_op(node.key_op) and any(
+            i.backend in order for i in registry.impls_for(node.key_op)
+        )
+        if not ok:
+            missing.setdefault(node.key_op, []).append(node.name)
+    if missing:
+        lines = [
+            f"{op} (nodes: {', '.join(names[:5])}{', ...' if len(names) > 5 else ''})"
+            for op, names in sorted(missing.items())
+        ]
+        backends = ", ".join(
+            f"{n} ({'available' if s.available else 'unavailable: ' + str(s.reason)})"
+            for n, s in registry.backends.items()
+        )
+        raise UnsupportedOpError(
+            f"the model uses {len(missing)} operator(s) that no allowed backend implements: "
+            f"{'; '.join(lines)}. Allowed backends: {list(order)}; backends found: {backends}"
+        )
+
+
+def _forced_step(registry: Registry, node: Node, impl_name: str) -> PlanStep:
+    impl = registry.impl(impl_name)
+    if impl.op != node.key_op:
+        raise PlanError(
+            f"override for node {node.name!r} ({node.key_op}) names {impl_name!r}, an "
+            f"implementation of {impl.op!r}"
+        )
+    reason = candidate_reason(registry, impl, node)
+    if reason:
+        raise PlanError(f"override {impl_name!r} cannot run node {node.name!r}: {reason}")
+    return _step(node, impl, why="forced by override")
+
+
+def _step(node: Node, impl: Implementation, why: str, rejected: list[Rejected] | None = None) -> PlanStep:
+    return PlanStep(
+        nodes=[node.name],
+        op=node.key_op,
+        impl=impl.name,
+        backend=impl.backend,
+        layouts_in=list(impl.input_layouts(node)),
+        layouts_out=list(impl.output_layouts(node)),
+        why=why,
+        rejected=rejected or [],
+    )
+
+
+def _conversion_bytes(
+    registry: Registry, node: Node, impl: Implementation, produced: Mapping[str, str]
+) -> float:
+    total = 0.0
+    for v, want in zip(node.inputs, impl.input_layouts(node)):
+        if v is None or v.is_const:
+            continue
+        have = produced.get(v.name, STANDARD)
+        if have != want:
+            assert v.shape is not None and v.dtype is not None
+            total += registry.layouts.path_and_cost(have, want, v.shape, v.dtype)[0]
+    return total
+
+
+def _choose(
+    registry: Registry,
+    node: Node,
+    order: Sequence[str],
+    produced: Mapping[str, str],
+    skipped_backends: Mapping[str, str],
+) -> PlanStep | None:
+    rejected: list[Rejected] = []
+    for backend in order:
+        impls = [i for i in registry.impls_for(node.key_op, [backend])]
+        ok: list[tuple[float, int, Implementation]] = []
+        for impl in impls:
+            reason = candidate_reason(registry, impl, node)
+            if reason is not None:
+                rejected.append(Rejected(impl.name, impl.backend, f"unsupported: {reason}"))
+                continue
+            try:
+                cost = _conversion_bytes(registry, node, impl, produced)
+            except Exception as exc:  # no conversion path for these layouts
+                rejected.append(Rejected(impl.name, impl.backend, f"unsupported: {exc}"))
+                continue
+            ok.append((cost, -impl.priority, impl))
+        if not ok:
+            continue
+        ok.sort(key=lambda t: (t[0], t[1]))
+        cost, _, best = ok[0]
+        for c, _, other in ok[1:]:
+            if c > cost:
+                why = f"needs {c - cost:,.0f} more bytes of layout conversion"
+            else:
+                why = f"lower priority ({other.priority} < {best.priority})"
+            rejected.append(Rejected(other.name, other.backend, f"lost: {why}"))
+        # the candidates of later backends are never considered by the heuristic
+        for later in order[order.index(backend) + 1 :]:
+            for impl in registry.impls_for(node.key_op, [later]):
+                rejected.append(
+                    Rejected(impl.name, impl.backend, f"not tried: backend {backend!r} comes first in the order")
+                )
+        for b, why in skipped_backends.items():
+            for impl in _impls_of_backend(registry, node.key_op, b):
+                rejected.append(Rejected(impl.name, impl.backend, f"backend unavailable: {why}"))
+        conv_note = f", {cost:,.0f} bytes of input conversion" if cost else ""
+        why = f"first backend in order {list(order)} with a supporting implementation; priority {best.priority}{conv_note}"
+        return _step(node, best, why, rejected)
+    return None
+
+
+def _impls_of_backend(registry: Registry, op: str, backend: str) -> list[Implementation]:
+    return [i for i in registry.implementations if i.op == op and i.backend == backend]
+
+
+def plan_conversions(graph: Graph, registry: Registry, steps: Sequence[PlanStep]) -> list[Conversion]:
+    """One conversion per (tensor, target layout), shared by every consumer wanting it;
+    graph outputs are always delivered in the standard layout."""
+    produced: dict[str, str] = {v.name: STANDARD for v in graph.inputs}
+    for v in graph.values.values():
+        if v.is_const:
+            produced[v.name] = STANDARD
+    wanted: dict[tuple[str, str], list[str]] = {}
+    by_name = {n.name: n for n in graph.nodes}
+    for step in steps:
+        node = by_name[step.nodes[0]] if len(step.nodes) == 1 else None
+        ins = node.inputs if node is not None else _region_inputs(graph, step.nodes)
+        for v, lay in zip(ins, step.layouts_in):
+            if v is None:
+                continue
+            src = produced.get(v.name, STANDARD)
+            if src != lay:
+                wanted.setdefault((v.name, lay), []).append("+".join(step.nodes))
+        outs = node.outputs if node is not None else _region_outputs(graph, step.nodes)
+        for v, lay in zip(outs, step.layouts_out):
+            produced[v.name] = lay
+    for v in graph.outputs:
+        if produced.get(v.name, STANDARD) != STANDARD:
+            wanted.setdefault((v.name, STANDARD), []).append("<graph output>")
+    conversions = []
+    for (name, dst), consumers in wanted.items():
+        v = graph.value(name)
+        src = produced.get(name, STANDARD)
+        assert v.shape is not None and v.dtype is not None
+        cost, chain = registry.layouts.path_and_cost(src, dst, v.shape, v.dtype)
+        conversions.append(
+            Conversion(
+                value=name,
+                src=src,
+                dst=dst,
+                chain=[c.name for c in chain],
+                consumers=consumers,
+                cost_bytes=cost,
+                at_build=v.is_const,
+            )
+        )
+    return conversions
+
+
+def _region_inputs(graph: Graph, names: Sequence[str]) -> list:
+    nodes = [graph.node(n) for n in names]
+    inside = {o.name for n in nodes for o in n.outputs}
+    seen: list = []
+    for n in nodes:
+        for v in n.inputs:
+            if v is not None and v.name not in inside and v not in seen:
+                seen.append(v)
+    return seen
+
+
+def _region_outputs(graph: Graph, names: Sequence[str]) -> list:
+    nodes = [graph.node(n) for n in names]
+    inside = set(names)
+    consumers = graph.consumers()
+    outputs = {v.name for v in graph.outputs}
+    return [
+        o
+        for n in nodes
+        for o in n.outputs
+        if o.name in outputs or any(c.name not in inside for c in consumers.get(o.name, []))
+    ]

@@ -1,0 +1,1 @@
+"""Backends shipped with opdispatch, one subpackage per backend with the same module names."""

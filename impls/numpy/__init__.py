@@ -1,0 +1,1 @@
+"""The numpy reference backend: every operator in scope, standard layout, ONNX semantics."""

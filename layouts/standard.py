@@ -1,0 +1,18 @@
+"""The standard layout: row-major contiguous at any rank (``nchw`` for rank-4 activations)."""
+
+from __future__ import annotations
+
+from layouts.registry import Layout
+
+STANDARD = "std"
+
+
+def standard_layout() -> Layout:
+    """The standard layout every backend can read and write."""
+    return Layout(
+        name=STANDARD,
+        device="cpu",
+        backend="core",
+        rank=None,
+        doc="row-major contiguous at any rank; NCHW for rank-4 activations",
+    )
