@@ -141,8 +141,8 @@ def _import_plugin(name: str, path: Path) -> list[type[Backend]]:
 
 
 def _short_error(exc: BaseException) -> str:
-    last = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ else []
-    where = f" (at {Path(last[0].filename).name}:{last[0].lineno})" if last else ""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith("<")]
+    where = f" (at {Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else ""
     return f"{type(exc).__name__}: {exc}{where}"
 
 

@@ -9,11 +9,12 @@ says where each effective value came from (``opdispatch config`` prints it).
 from __future__ import annotations
 
 import os
-import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
+
+import tomllib
 
 from dispatch.errors import ConfigError
 

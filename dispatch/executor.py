@@ -238,12 +238,12 @@ class Executor:
         k = -1
         try:
             if timings is None:
-                for k, call in enumerate(calls):
-                    self._invoke(call, slots)
+                for k in range(len(calls)):
+                    self._invoke(calls[k], slots)
             else:
-                for k, call in enumerate(calls):
+                for k in range(len(calls)):
                     t0 = time.perf_counter()
-                    self._invoke(call, slots)
+                    self._invoke(calls[k], slots)
                     timings.append(time.perf_counter() - t0)
         except KernelError:
             raise

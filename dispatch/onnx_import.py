@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Union
 
 import numpy as np
 import onnx
@@ -21,7 +20,7 @@ from dispatch.errors import ModelLoadError, ShapeInferenceError
 from dispatch.graph import Graph, Node, Value, topological_order
 from dispatch.onnx_attrs import attrs_from_proto, np_dtype
 
-ModelLike = Union[str, os.PathLike, bytes, onnx.ModelProto]
+ModelLike = str | os.PathLike | bytes | onnx.ModelProto
 
 MIN_OPSET = 7
 
@@ -68,7 +67,7 @@ def default_opset(proto: onnx.ModelProto) -> int:
 
 
 def _check(proto: onnx.ModelProto) -> None:
-    if not proto.HasField("graph") or not proto.graph.node and not proto.graph.output:
+    if not proto.HasField("graph") or (not proto.graph.node and not proto.graph.output):
         raise ModelLoadError("the model has no graph (empty or not an ONNX ModelProto)")
     opset = default_opset(proto)
     newest = onnx.defs.onnx_opset_version()
@@ -76,8 +75,18 @@ def _check(proto: onnx.ModelProto) -> None:
         raise ModelLoadError(
             f"the model uses default-domain opset {opset}; supported: {MIN_OPSET} to {newest}"
         )
+    checked = proto
+    shapeless = [o for o in proto.graph.output if o.type.HasField("tensor_type") and not o.type.tensor_type.HasField("shape")]
+    if shapeless:
+        # graph outputs of unknown rank are legal in practice (exporters omit them) but the
+        # checker insists on a shape field: check a copy where they carry an empty one
+        checked = onnx.ModelProto()
+        checked.CopyFrom(proto)
+        for o in checked.graph.output:
+            if o.type.HasField("tensor_type") and not o.type.tensor_type.HasField("shape"):
+                o.type.tensor_type.shape.SetInParent()
     try:
-        onnx.checker.check_model(proto)
+        onnx.checker.check_model(checked)
     except onnx.checker.ValidationError as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ModelLoadError(f"the model is not valid ONNX: {first}") from None

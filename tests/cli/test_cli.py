@@ -1,0 +1,91 @@
+"""The command line: user errors exit non-zero with one clear line and no traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tests.builders import small_cnn
+
+
+def cli(*args: str, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "dispatch.cli", *args], capture_output=True, text=True, timeout=300, cwd=cwd
+    )
+
+
+@pytest.fixture(scope="module")
+def model_path(tmp_path_factory):
+    p = tmp_path_factory.mktemp("m") / "small.onnx"
+    p.write_bytes(small_cnn().SerializeToString())
+    return p
+
+
+def test_backends_lists_numpy_and_native():
+    res = cli("backends", "-v")
+    assert res.returncode == 0, res.stderr
+    assert "numpy" in res.stdout and "native" in res.stdout
+    assert "Conv.numpy.im2col" in res.stdout
+
+
+def test_run_prints_what_ran_where(model_path, tmp_path):
+    res = cli("run", str(model_path), "--output", str(tmp_path / "out"), "--repeat", "2")
+    assert res.returncode == 0, res.stderr
+    assert "Conv.numpy" in res.stdout and "run median" in res.stdout
+    assert (tmp_path / "out" / "plan.json").exists()
+
+
+def test_run_with_input_file(model_path, tmp_path):
+    x = np.zeros((1, 3, 16, 16), np.float32)
+    np.save(tmp_path / "x.npy", x)
+    res = cli("run", str(model_path), "--input", f"x={tmp_path / 'x.npy'}", "--repeat", "1")
+    assert res.returncode == 0, res.stderr
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["run", "/nonexistent/model.onnx"], "does not exist"),
+        (["run", "{garbage}"], "not a valid ONNX model"),
+        (["run", "{model}", "--shape", "x=1xthree"], "dimensions must be integers"),
+        (["run", "{model}", "--input", "x=/nope.npy"], "does not exist"),
+        (["run", "{model}", "--input", "y={npy}"], "not inputs of the model"),
+        (["run", "{model}", "--input", "x={badnpy}"], "received shape [2, 2], expected [1, 3, 16, 16]"),
+        (["run", "{model}", "--backends", "nosuch"], "not known"),
+        (["example", "nosuch"], "invalid choice"),
+    ],
+)
+def test_user_errors_are_one_line_without_traceback(model_path, tmp_path, args, message):
+    garbage = tmp_path / "garbage.onnx"
+    garbage.write_bytes(b"\x08\x07garbage" * 20)
+    np.save(tmp_path / "ok.npy", np.zeros((1, 3, 16, 16), np.float32))
+    np.save(tmp_path / "bad.npy", np.zeros((2, 2), np.float32))
+    subs = {"{model}": str(model_path), "{garbage}": str(garbage), "{npy}": str(tmp_path / "ok.npy"),
+            "{badnpy}": str(tmp_path / "bad.npy")}
+    args = [subs.get(a, a) for a in args]
+    args = [a.replace("{npy}", subs["{npy}"]).replace("{badnpy}", subs["{badnpy}"]) for a in args]
+    res = cli(*args)
+    assert res.returncode == 2, (res.stdout, res.stderr)
+    assert message in res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def test_config_shows_sources(tmp_path):
+    import os
+
+    env = dict(os.environ, OPDISPATCH_THREADS="1", OPDISPATCH_CONFIG=str(tmp_path / "none.toml"))
+    res = subprocess.run([sys.executable, "-m", "dispatch.cli", "config"], capture_output=True, text=True, env=env)
+    assert res.returncode == 0, res.stderr
+    assert "environment OPDISPATCH_THREADS" in res.stdout
+
+
+def test_example_writes_a_loadable_model(tmp_path):
+    res = cli("example", "squeezenet", "-o", str(tmp_path / "sq.onnx"))
+    assert res.returncode == 0, res.stderr
+    import onnx
+
+    m = onnx.load(str(tmp_path / "sq.onnx"))
+    assert not any(n.op_type == "ConstantOfShape" for n in m.graph.node)
