@@ -84,8 +84,12 @@ def _bypass(graph: Graph, node: Node, src: Value, dst: Value) -> bool:
     return True
 
 
-def fold_constants(graph: Graph, registry: Registry) -> int:
-    """Replace nodes computable at load time by constants; returns how many were folded."""
+def fold_constants(graph: Graph, registry: Registry, *, fill: bool = True) -> int:
+    """Replace nodes computable at load time by constants; returns how many were folded.
+
+    With ``fill``, the same topological walk gives static shapes to the outputs of nodes that
+    cannot be folded and that onnx's inference left unknown (so that a later ``Shape`` of them
+    folds too)."""
     folded = 0
     output_names = {v.name for v in graph.outputs}
     for node in list(graph.nodes):
@@ -104,10 +108,11 @@ def fold_constants(graph: Graph, registry: Registry) -> int:
                 result = evaluate(registry, node, [v.const if v else None for v in node.inputs])
             except OpDispatchError:
                 continue  # left for the planner, which reports unsupported operators
-        if result is None:
+        if result is None or any(o.name in output_names for o in node.outputs):
+            # not foldable (graph outputs stay computed by a node, so the model runs something)
+            if fill and any(o.shape is None or o.dtype is None for o in node.outputs):
+                _fill_node(registry, node)
             continue
-        if any(o.name in output_names for o in node.outputs):
-            continue  # keep graph outputs computed by a node, so the model still runs something
         for value, arr in zip(node.outputs, result):
             arr = np.asarray(arr)
             value.const = arr
@@ -204,37 +209,76 @@ def fill_shapes(graph: Graph, registry: Registry) -> int:
     """Give static shapes to values that onnx's inference left unknown; returns how many."""
     filled = 0
     for node in graph.nodes:
-        if all(o.shape is not None and o.dtype is not None for o in node.outputs):
-            continue
-        placeholders: list[np.ndarray | None] = []
-        for v in node.inputs:
-            if v is None:
-                placeholders.append(None)
-            elif v.is_const:
-                placeholders.append(v.const)
-            elif v.shape is None or v.dtype is None:
-                raise ShapeInferenceError(
-                    f"the shape of {v.name!r} (input of node {node.name!r}, {node.op_type}) could not "
-                    f"be inferred statically; give the model's inputs static shapes with input_shapes= "
-                    f"or --shape"
-                )
-            else:
-                placeholders.append(np.zeros(v.shape, v.dtype))
+        if any(o.shape is None or o.dtype is None for o in node.outputs):
+            filled += _fill_node(registry, node)
+    return filled
+
+
+def _fill_node(registry: Registry, node: Node) -> int:
+    placeholders: list[np.ndarray | None] = []
+    for v in node.inputs:
+        if v is None:
+            placeholders.append(None)
+        elif v.is_const:
+            placeholders.append(v.const)
+        elif v.shape is None or v.dtype is None:
+            raise ShapeInferenceError(
+                f"the shape of {v.name!r} (input of node {node.name!r}, {node.op_type}) could not "
+                f"be inferred statically; give the model's inputs static shapes with input_shapes= "
+                f"or --shape"
+            )
+        else:
+            placeholders.append(np.zeros(v.shape, v.dtype))
+    results = _evaluate_for_shapes(registry, node, placeholders)
+    filled = 0
+    for value, arr in zip(node.outputs, results):
+        if value.shape is None or value.dtype is None:
+            value.shape = tuple(np.shape(arr))
+            value.dtype = np.asarray(arr).dtype
+            filled += 1
+    return filled
+
+
+def _evaluate_for_shapes(
+    registry: Registry, node: Node, placeholders: list[np.ndarray | None]
+) -> list[np.ndarray]:
+    """Evaluate ``node`` on placeholders. Non-constant integer inputs may carry shape data
+    (axes, pads, sizes): the node is evaluated with zeros and with ones there, and a raise or
+    a difference between the two means its output shape depends on runtime values."""
+    runtime_ints = [
+        k for k, v in enumerate(node.inputs)
+        if v is not None and not v.is_const and v.dtype is not None and v.dtype.kind in "iu"
+    ]
+    fills = [placeholders]
+    if runtime_ints:
+        ones = list(placeholders)
+        for k in runtime_ints:
+            ones[k] = np.ones_like(placeholders[k])
+        fills.append(ones)
+    shapes = []
+    results: list[np.ndarray] = []
+    for fill in fills:
         try:
-            results = evaluate(registry, node, placeholders)
+            results = evaluate(registry, node, fill)
         except UnsupportedOpError:
             raise
         except Exception as exc:
+            if runtime_ints:
+                results = []
+                break
             raise ShapeInferenceError(
                 f"the output shape of node {node.name!r} ({node.op_type}) could not be inferred "
                 f"statically ({type(exc).__name__}: {exc})"
             ) from None
-        for value, arr in zip(node.outputs, results):
-            if value.shape is None or value.dtype is None:
-                value.shape = tuple(np.shape(arr))
-                value.dtype = np.asarray(arr).dtype
-                filled += 1
-    return filled
+        shapes.append([np.shape(r) for r in results])
+    if runtime_ints and (not results or shapes[0] != shapes[-1]):
+        names = ", ".join(repr(node.inputs[k].name) for k in runtime_ints)  # type: ignore[union-attr]
+        raise ShapeInferenceError(
+            f"the output shape of node {node.name!r} ({node.op_type}) depends on the runtime values "
+            f"of {names}; plans are built for static shapes, so these values must be constants "
+            f"(initializers) of the model"
+        )
+    return results
 
 
 Pass = Callable[[Graph], int]
@@ -245,10 +289,8 @@ def simplify(graph: Graph, registry: Registry) -> dict[str, int]:
     stats = {
         "folded_constants": fold_constants(graph, registry),
         "removed_noops": remove_noops(graph),
+        "folded_batchnorm": fold_batchnorm(graph),
     }
-    stats["filled_shapes"] = fill_shapes(graph, registry)
-    stats["folded_constants"] += fold_constants(graph, registry)
-    stats["folded_batchnorm"] = fold_batchnorm(graph)
     graph.remove_unused()
     for v in graph.values.values():
         if v.shape is None or v.dtype is None:

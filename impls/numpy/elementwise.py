@@ -183,7 +183,7 @@ def _supports_pow_const(node: Node) -> str | None:
     return None
 
 
-@impls.register("Pow", "const_exponent", priority=Priority.DEFAULT, supports=_supports_pow_const)
+@impls.register("Pow", "const_exponent", priority=Priority.PREFERRED, supports=_supports_pow_const)
 def pow_const_exponent(node: Node) -> Kernel:
     """Pow with a constant exponent in {-1, 0.5, 1, 2, 3}: multiplications / sqrt, no pow()."""
     fn = _POW_SPECIAL[_const_exponent(node)]  # type: ignore[index]
@@ -201,7 +201,14 @@ def pow_const_exponent(node: Node) -> Kernel:
 # -- unary -----------------------------------------------------------------------------------
 
 
-def _register_unary(op: str, fn: Ufunc, allowed: frozenset[str], doc: str, variant: str) -> None:
+def _register_unary(
+    op: str,
+    fn: Ufunc,
+    allowed: frozenset[str],
+    doc: str,
+    variant: str,
+    priority: int = Priority.DEFAULT,
+) -> None:
     """Register ``op`` as ``fn(x)`` cast back to the input dtype."""
 
     def build(node: Node) -> Kernel:
@@ -213,19 +220,15 @@ def _register_unary(op: str, fn: Ufunc, allowed: frozenset[str], doc: str, varia
 
     build.__doc__ = doc
     build.__name__ = f"{op.lower()}_{variant}"
-    impls.register(op, variant, priority=Priority.DEFAULT, supports=_dtype_supports(allowed, 1))(
-        build
-    )
+    impls.register(op, variant, priority=priority, supports=_dtype_supports(allowed, 1))(build)
 
 
 def _in_float32(fn: Ufunc) -> Ufunc:
-    """Run ``fn`` in float32 for float16 inputs and float64 for integer inputs."""
+    """Run ``fn`` in float32 for float16 and integer inputs (as onnx's reference does)."""
 
     def f(x: np.ndarray) -> np.ndarray:
-        if x.dtype == np.float16:
+        if x.dtype == np.float16 or x.dtype.kind in "iub":
             return fn(x.astype(np.float32))
-        if x.dtype.kind in "iub":
-            return fn(x.astype(np.float64))
         return fn(x)
 
     return f
@@ -258,17 +261,18 @@ _UNARY: tuple[tuple[str, Ufunc, frozenset[str], str, str], ...] = (
         "Sigmoid: overflow-free two-branch logistic with exp(-|x|).",
         "stable",
     ),
-    (
-        "Sigmoid",
-        _in_float32(scipy.special.expit),
-        FLOAT_TYPES,
-        "Sigmoid: scipy.special.expit.",
-        "expit",
-    ),
 )
 
 for _op, _fn, _types, _doc, _variant in _UNARY:
     _register_unary(_op, _fn, _types, _doc, _variant)
+_register_unary(
+    "Sigmoid",
+    _in_float32(scipy.special.expit),
+    FLOAT_TYPES,
+    "Sigmoid: scipy.special.expit (one C ufunc pass).",
+    "expit",
+    Priority.FALLBACK,
+)
 
 
 # -- Gelu ------------------------------------------------------------------------------------
@@ -319,7 +323,7 @@ def _bound(v: Any, dtype: np.dtype) -> np.ndarray | None:
     a = np.asarray(v)
     if a.size != 1:
         raise ValueError(f"Clip min/max must be scalars; received shape {a.shape}")
-    with np.errstate(over="ignore"):
+    with np.errstate(all="ignore"):
         return a.reshape(()).astype(dtype)
 
 

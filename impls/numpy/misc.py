@@ -203,9 +203,6 @@ def _supports_constant(node: Node) -> str | None:
             f"Constant needs exactly one of {', '.join(_CONSTANT_ATTRS)}; received "
             f"{present or 'none'}"
         )
-    value = node.attrs.get("value")
-    if value is not None and np.asarray(value).dtype.kind in "OUSV":
-        return f"Constant value of dtype {np.asarray(value).dtype} is not supported"
     return None
 
 

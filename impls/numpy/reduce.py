@@ -185,8 +185,8 @@ def _register(r: _Reduction) -> None:
         return run
 
     build.__doc__ = r.doc
-    build.__name__ = f"{r.op.lower()}_numpy"
-    impls.register(r.op, "numpy", priority=Priority.DEFAULT, supports=_supports_for(r))(build)
+    build.__name__ = f"{r.op.lower()}_reduce"
+    impls.register(r.op, "reduce", priority=Priority.DEFAULT, supports=_supports_for(r))(build)
 
 
 for _r in _REDUCTIONS:

@@ -1,7 +1,9 @@
 """numpy reference kernels for shape and data-movement operators.
 
-Reshape, Flatten, Squeeze and Unsqueeze return views of their (contiguous) input; every other
-kernel returns a fresh row-major contiguous array. Attribute-or-input forms follow
+Every output is row-major contiguous. Where numpy can give that without copying (Reshape,
+Flatten, Squeeze, Unsqueeze, a Slice or Split part that is already contiguous) the output is a
+view sharing memory with the input; no kernel ever writes into its inputs. Attribute-or-input
+forms follow
 ``node.opset``: Squeeze / Unsqueeze axes and Split's ``split`` become inputs at opset 13,
 Slice's starts / ends / axes at 10, Pad's pads at 11.
 """
@@ -38,12 +40,11 @@ def _rank(node: Node, i: int = 0) -> int | None:
     return None if v is None or v.shape is None else len(v.shape)
 
 
-def _axis_reason(node: Node, axis: int, rank: int | None, extra: int = 0) -> str | None:
-    """Reason when attribute ``axis`` is outside ``[-(rank+extra), rank+extra)``."""
+def _axis_reason(node: Node, axis: int, rank: int | None) -> str | None:
+    """Reason when attribute ``axis`` is outside ``[-rank, rank)``."""
     if rank is None:
         return None
-    r = rank + extra
-    if not -r <= axis < r:
+    if not -rank <= axis < rank:
         return f"{node.op_type} axis {axis} is out of range for an input of rank {rank}"
     return None
 
@@ -220,8 +221,8 @@ def _supports_concat(node: Node) -> str | None:
     )
 
 
-@impls.register("Concat", "numpy", priority=Priority.DEFAULT, supports=_supports_concat)
-def concat_numpy(node: Node) -> Kernel:
+@impls.register("Concat", "concatenate", priority=Priority.DEFAULT, supports=_supports_concat)
+def concat_concatenate(node: Node) -> Kernel:
     """Concat: np.concatenate along axis (negative counts from the end)."""
     axis = int(node.attr("axis"))
 
@@ -254,7 +255,7 @@ def split_sizes(
         return [dim // n] * n
     chunk = -(-dim // n)
     last = dim - chunk * (n - 1)
-    if last <= 0:
+    if last < 0:  # e.g. 5 into 4: chunks of 2 leave -1 for the last one
         raise ValueError(f"Split cannot cut a dimension of {dim} into {n} chunks of {chunk}")
     return [chunk] * (n - 1) + [last]
 
@@ -270,7 +271,7 @@ def _supports_split(node: Node) -> str | None:
 
 @impls.register("Split", "slices", priority=Priority.DEFAULT, supports=_supports_split)
 def split_slices(node: Node) -> Kernel:
-    """Split: contiguous copies of consecutive slices along axis."""
+    """Split: consecutive slices along axis (uneven last chunk per opset 18)."""
     axis = int(node.attr("axis", 0))
     n_out = len(node.outputs)
     from_input = node.opset >= 13
@@ -297,15 +298,35 @@ def split_slices(node: Node) -> Kernel:
 # -- Slice -----------------------------------------------------------------------------------
 
 
+def _slice_bounds(dim: int, start: int, end: int, step: int) -> slice:
+    """One axis of ONNX Slice: negative starts/ends count from the end, then starts clamp to
+    [0, dim] (step > 0) or [0, dim-1] (step < 0) and ends to [0, dim] or [-1, dim-1].
+
+    Python's own slice clamping differs for a negative step with ``start < -dim`` (Python
+    yields nothing, ONNX starts at 0), so the bounds are clamped here explicitly.
+    """
+    if start < 0:
+        start += dim
+    if end < 0:
+        end += dim
+    if step > 0:
+        return slice(min(max(start, 0), dim), min(max(end, 0), dim), step)
+    start = min(max(start, 0), dim - 1)
+    end = min(max(end, -1), dim - 1)
+    if start < 0:  # dim == 0: nothing to take
+        return slice(0, 0, step)
+    return slice(start, None if end < 0 else end, step)
+
+
 def slice_index(
-    rank: int,
+    shape: Sequence[int],
     starts: Sequence[int],
     ends: Sequence[int],
     axes: Sequence[int] | None,
     steps: Sequence[int] | None,
 ) -> tuple[slice, ...]:
-    """The numpy index of an ONNX Slice. Python's slice clamping is ONNX's: starts/ends are
-    shifted by the dim when negative, then clamped to [0, dim] (step > 0) or [-1, dim-1]."""
+    """The numpy index of an ONNX Slice of a tensor of ``shape``."""
+    rank = len(shape)
     if len(starts) != len(ends):
         raise ValueError(f"Slice starts {list(starts)} and ends {list(ends)} differ in length")
     ax = list(range(len(starts))) if axes is None or len(axes) == 0 else list(axes)
@@ -316,7 +337,7 @@ def slice_index(
     for a, b, e, s in zip(normalize_axes(ax, rank), starts, ends, st, strict=True):
         if s == 0:
             raise ValueError("Slice step cannot be 0")
-        index[a] = slice(int(b), int(e), int(s))
+        index[a] = _slice_bounds(int(shape[a]), int(b), int(e), int(s))
     return tuple(index)
 
 
@@ -338,13 +359,13 @@ def _opt_list(x: Any) -> list[int] | None:
 
 @impls.register("Slice", "basic", priority=Priority.DEFAULT, supports=_supports_slice)
 def slice_basic(node: Node) -> Kernel:
-    """Slice: numpy basic indexing (negative steps, ONNX clamping), copied contiguous."""
+    """Slice: numpy basic indexing with ONNX clamping (negative steps too), made contiguous."""
     if node.opset < 10:
         starts, ends = int_list(node.attr("starts")), int_list(node.attr("ends"))
         axes = _opt_list(node.attr("axes"))
 
         def run_attr(x: np.ndarray) -> np.ndarray:
-            return as_std(x[slice_index(x.ndim, starts, ends, axes, None)])
+            return as_std(x[slice_index(x.shape, starts, ends, axes, None)])
 
         return run_attr
 
@@ -356,7 +377,7 @@ def slice_basic(node: Node) -> Kernel:
         steps: np.ndarray | None = None,
     ) -> np.ndarray:
         index = slice_index(
-            x.ndim, int_list(starts), int_list(ends), _opt_list(axes), _opt_list(steps)
+            x.shape, int_list(starts), int_list(ends), _opt_list(axes), _opt_list(steps)
         )
         return as_std(x[index])
 
@@ -438,8 +459,8 @@ def _supports_tile(node: Node) -> str | None:
     return first_reason(_needs_input(node, 1, "repeats"), check_dtypes(node, INT64, (1,)))
 
 
-@impls.register("Tile", "numpy", priority=Priority.DEFAULT, supports=_supports_tile)
-def tile_numpy(node: Node) -> Kernel:
+@impls.register("Tile", "tile", priority=Priority.DEFAULT, supports=_supports_tile)
+def tile_tile(node: Node) -> Kernel:
     """Tile: np.tile with one repeat count per axis."""
 
     def run(x: np.ndarray, repeats: np.ndarray) -> np.ndarray:
@@ -490,8 +511,8 @@ def pad_array(
     return np.pad(y, width, mode=mode)
 
 
-@impls.register("Pad", "numpy", priority=Priority.DEFAULT, supports=_supports_pad)
-def pad_numpy(node: Node) -> Kernel:
+@impls.register("Pad", "pad", priority=Priority.DEFAULT, supports=_supports_pad)
+def pad_pad(node: Node) -> Kernel:
     """Pad: np.pad (constant / reflect / edge / wrap) after cropping negative pads."""
     mode = node.attr("mode", "constant")
     if node.opset < 11:
