@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dispatch.errors import KernelError, PlanError
+from dispatch.fusion import step_node
 from dispatch.graph import Graph
 from dispatch.plan import Plan
 from dispatch.registry import STANDARD, Registry
@@ -104,11 +105,11 @@ class Executor:
         by_name = {n.name: n for n in graph.nodes}
         for step in plan.steps:
             impl = registry.impl(step.impl)
-            node = by_name[step.nodes[0]]
-            if len(step.nodes) != 1:
+            node = by_name[step.nodes[0]] if len(step.nodes) == 1 else step_node(graph, step.nodes)
+            if len(step.nodes) > 1 and impl.pattern != tuple(n.key_op for n in node.nodes):
                 raise PlanError(
-                    f"step {step.impl} covers {len(step.nodes)} nodes; multi-node steps need a "
-                    f"fused implementation, which this executor version does not run"
+                    f"step {step.impl} covers nodes {step.nodes}, which are not a chain of its "
+                    f"pattern {'+'.join(impl.pattern) or '(single node)'}"
                 )
             ins: list[int] = []
             for v, lay in zip(node.inputs, step.layouts_in):

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from dispatch.errors import PlanError, UnsupportedOpError, known
+from dispatch.fusion import FusedNode, fuse, match_chain, step_node
 from dispatch.graph import Graph, Node
 from dispatch.registry import STANDARD, Implementation, Registry
 
@@ -221,18 +222,30 @@ def heuristic_plan(
     produced: dict[str, str] = {v.name: STANDARD for v in graph.inputs}
     steps: list[PlanStep] = []
     unsupported: list[str] = []
+    covered: set[str] = set()
+    consumers = graph.consumers()
+    graph_outputs = {v.name for v in graph.outputs}
     for node in graph.nodes:
+        if node.name in covered:
+            continue
         if node.name in overrides:
             step = _forced_step(registry, node, overrides[node.name])
         else:
             step = _choose(registry, node, order, produced, skipped_backends)
+            if step is not None:
+                fused = _choose_pattern(
+                    registry, node, step, produced, consumers, graph_outputs, set(overrides)
+                )
+                step = fused or step
         if step is None:
             impls = registry.impls_for(node.key_op, order)
             reasons = "; ".join(f"{i.name}: {candidate_reason(registry, i, node)}" for i in impls)
             unsupported.append(f"{node.name} ({node.op_type}): {reasons or 'no implementation'}")
             continue
         steps.append(step)
-        for v, lay in zip(node.outputs, step.layouts_out):
+        covered.update(step.nodes)
+        outs = node.outputs if len(step.nodes) == 1 else graph.node(step.nodes[-1]).outputs
+        for v, lay in zip(outs, step.layouts_out):
             produced[v.name] = lay
     if unsupported:
         raise UnsupportedOpError(
@@ -364,6 +377,48 @@ def _choose(
     return None
 
 
+def _choose_pattern(
+    registry: Registry,
+    node: Node,
+    single: PlanStep,
+    produced: Mapping[str, str],
+    consumers: Mapping[str, list[Node]],
+    graph_outputs: set[str],
+    pinned: set[str],
+) -> PlanStep | None:
+    """A fused step starting at ``node`` in the backend the single-node choice came from:
+    the longest supporting pattern, then the least conversion, then the highest priority."""
+    best: tuple[tuple, Implementation, FusedNode] | None = None
+    rejected: list[Rejected] = []
+    for impl in registry.patterns([single.backend]):
+        if impl.pattern[0] != node.key_op:
+            continue
+        chain = match_chain(node, impl.pattern, consumers, graph_outputs)
+        if chain is None or any(n.name in pinned for n in chain):
+            continue
+        fused = fuse(chain)
+        reason = candidate_reason(registry, impl, fused)
+        if reason is not None:
+            rejected.append(Rejected(impl.name, impl.backend, f"unsupported: {reason}"))
+            continue
+        try:
+            cost = _conversion_bytes(registry, fused, impl, produced)
+        except Exception as exc:
+            rejected.append(Rejected(impl.name, impl.backend, f"unsupported: {exc}"))
+            continue
+        key = (-len(chain), cost, -impl.priority)
+        if best is None or key < best[0]:
+            best = (key, impl, fused)
+    if best is None:
+        return None
+    _, impl, fused = best
+    others = [r for r in single.rejected] + rejected
+    others.append(Rejected(single.impl, single.backend, f"lost: fused {impl.name} covers {len(fused.nodes)} nodes"))
+    step = _step(fused, impl, f"fused pattern {'+'.join(impl.pattern)} of backend {impl.backend!r}", others)
+    step.nodes = [n.name for n in fused.nodes]
+    return step
+
+
 def _impls_of_backend(registry: Registry, op: str, backend: str) -> list[Implementation]:
     return [i for i in registry.implementations if i.op == op and i.backend == backend]
 
@@ -376,18 +431,15 @@ def plan_conversions(graph: Graph, registry: Registry, steps: Sequence[PlanStep]
         if v.is_const:
             produced[v.name] = STANDARD
     wanted: dict[tuple[str, str], list[str]] = {}
-    by_name = {n.name: n for n in graph.nodes}
     for step in steps:
-        node = by_name[step.nodes[0]] if len(step.nodes) == 1 else None
-        ins = node.inputs if node is not None else _region_inputs(graph, step.nodes)
-        for v, lay in zip(ins, step.layouts_in):
+        node = step_node(graph, step.nodes)
+        for v, lay in zip(node.inputs, step.layouts_in):
             if v is None:
                 continue
             src = produced.get(v.name, STANDARD)
             if src != lay:
                 wanted.setdefault((v.name, lay), []).append("+".join(step.nodes))
-        outs = node.outputs if node is not None else _region_outputs(graph, step.nodes)
-        for v, lay in zip(outs, step.layouts_out):
+        for v, lay in zip(node.outputs, step.layouts_out):
             produced[v.name] = lay
     for v in graph.outputs:
         if produced.get(v.name, STANDARD) != STANDARD:
@@ -410,27 +462,3 @@ def plan_conversions(graph: Graph, registry: Registry, steps: Sequence[PlanStep]
             )
         )
     return conversions
-
-
-def _region_inputs(graph: Graph, names: Sequence[str]) -> list:
-    nodes = [graph.node(n) for n in names]
-    inside = {o.name for n in nodes for o in n.outputs}
-    seen: list = []
-    for n in nodes:
-        for v in n.inputs:
-            if v is not None and v.name not in inside and v not in seen:
-                seen.append(v)
-    return seen
-
-
-def _region_outputs(graph: Graph, names: Sequence[str]) -> list:
-    nodes = [graph.node(n) for n in names]
-    inside = set(names)
-    consumers = graph.consumers()
-    outputs = {v.name for v in graph.outputs}
-    return [
-        o
-        for n in nodes
-        for o in n.outputs
-        if o.name in outputs or any(c.name not in inside for c in consumers.get(o.name, []))
-    ]

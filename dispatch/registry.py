@@ -72,6 +72,8 @@ class Implementation:
     layouts_in: Any = _all_standard
     layouts_out: Any = _outputs_standard
     doc: str = ""
+    #: op types of the chain a fused implementation covers (empty for single-node ones)
+    pattern: tuple[str, ...] = ()
 
     def supports(self, node: Node) -> str | None:
         """``None`` when this implementation can run ``node``, else the reason it cannot."""
@@ -135,6 +137,45 @@ class ImplTable:
 
         return deco
 
+    def register_pattern(
+        self,
+        ops: Sequence[str],
+        variant: str,
+        *,
+        priority: int = Priority.DEFAULT,
+        supports: SupportsFn | None = None,
+        layouts_in: Any = None,
+        layouts_out: Any = None,
+    ) -> Callable[[BuildFn], BuildFn]:
+        """Decorate a fused implementation of the chain ``ops`` (e.g. ``("Conv", "Relu")``),
+        named ``Conv+Relu.{backend}.{variant}``. Its ``supports``, layout functions and build
+        function receive a :class:`dispatch.fusion.FusedNode`."""
+        from dispatch.fusion import pattern_key
+
+        ops = tuple(ops)
+        if len(ops) < 2:
+            raise RegistryError(f"a pattern covers at least two ops, received {ops}")
+        key = pattern_key(ops)
+
+        def deco(build: BuildFn) -> BuildFn:
+            self.add(
+                Implementation(
+                    name=f"{key}.{self.backend}.{variant}",
+                    op=key,
+                    backend=self.backend,
+                    build=build,
+                    priority=int(priority),
+                    supports_fn=supports,
+                    layouts_in=layouts_in if layouts_in is not None else _all_standard,
+                    layouts_out=layouts_out if layouts_out is not None else _outputs_standard,
+                    doc=(build.__doc__ or "").strip().split("\n")[0],
+                    pattern=ops,
+                )
+            )
+            return build
+
+        return deco
+
     def add(self, impl: Implementation) -> None:
         if impl.backend != self.backend:
             raise RegistryError(
@@ -191,6 +232,13 @@ class Registry:
         rank = {b: k for k, b in enumerate(backends)}
         chosen = [i for i in impls if i.backend in rank]
         return sorted(chosen, key=lambda i: (rank[i.backend], -i.priority))
+
+    def patterns(self, backends: Sequence[str] | None = None) -> list[Implementation]:
+        """Fused (multi-node) implementations, optionally of ``backends`` only."""
+        return [
+            i for i in self._by_name.values()
+            if i.pattern and (backends is None or i.backend in backends)
+        ]
 
     def has_op(self, op: str) -> bool:
         return op in self._by_op

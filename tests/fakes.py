@@ -65,6 +65,18 @@ for lay in ("tcl", "blk4"):
         return lambda a, b: a + b
 
 
+def _add_relu_supports(node) -> str | None:
+    return _rank4_f32(node)
+
+
+@table.register_pattern(("Add", "Relu"), "tcl", priority=Priority.DEFAULT,
+                        supports=_add_relu_supports, layouts_in=("tcl", "tcl"), layouts_out=("tcl",))
+def _add_relu(fused):
+    """Add then Relu in one step, in a fake layout."""
+    assert [n.op_type for n in fused.nodes] == ["Add", "Relu"]
+    return lambda a, b: np.maximum(a + b, 0)
+
+
 class FakeBackend(Backend):
     """FAKE backend for tests (see module docstring)."""
 
