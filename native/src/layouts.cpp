@@ -16,19 +16,28 @@ constexpr std::int64_t kTile = 16;
 // dst[j * ld_dst + i] = src[i * ld_src + j] for an r x c tile
 inline void transpose_tile(const float* src, std::int64_t ld_src, float* dst, std::int64_t ld_dst,
                            std::int64_t r, std::int64_t c) {
-  for (std::int64_t i = 0; i < r; ++i)
-    for (std::int64_t j = 0; j < c; ++j) dst[j * ld_dst + i] = src[i * ld_src + j];
+  if (r == kTile && c == kTile) {  // full tile: fixed trip counts, unrolled by the compiler
+    for (std::int64_t j = 0; j < kTile; ++j)
+      for (std::int64_t i = 0; i < kTile; ++i) dst[j * ld_dst + i] = src[i * ld_src + j];
+    return;
+  }
+  for (std::int64_t j = 0; j < c; ++j)
+    for (std::int64_t i = 0; i < r; ++i) dst[j * ld_dst + i] = src[i * ld_src + j];
 }
 
-// Transposes a rows x cols matrix into cols x rows, tile by tile, over threads.
+// Transposes a rows x cols matrix into cols x rows, tile by tile. Threads split the
+// destination's rows, so each thread writes one contiguous range (no shared cache lines).
 void transpose(const float* src, float* dst, std::int64_t rows, std::int64_t cols) {
-  const std::int64_t row_tiles = (rows + kTile - 1) / kTile;
-  parallel_for(row_tiles, [&](std::int64_t t) {
-    const std::int64_t i0 = t * kTile;
-    const std::int64_t r = std::min(kTile, rows - i0);
-    for (std::int64_t j0 = 0; j0 < cols; j0 += kTile) {
+  const std::int64_t col_tiles = (cols + kTile - 1) / kTile;
+  const std::int64_t grain = std::max<std::int64_t>(1, (1 << 14) / std::max<std::int64_t>(rows * kTile, 1));
+  parallel_chunks(col_tiles, grain, [&](std::int64_t t0, std::int64_t t1) {
+    for (std::int64_t t = t0; t < t1; ++t) {
+      const std::int64_t j0 = t * kTile;
       const std::int64_t c = std::min(kTile, cols - j0);
-      transpose_tile(src + i0 * cols + j0, cols, dst + j0 * rows + i0, rows, r, c);
+      for (std::int64_t i0 = 0; i0 < rows; i0 += kTile) {
+        const std::int64_t r = std::min(kTile, rows - i0);
+        transpose_tile(src + i0 * cols + j0, cols, dst + j0 * rows + i0, rows, r, c);
+      }
     }
   });
 }
