@@ -1,7 +1,8 @@
 """ONNX's own conformance suite (``onnx.backend.test.BackendTest``) against the dispatcher.
 
-Selected node tests: every node test whose model uses only operators that some registered
-backend implements (so each operator we claim is checked by ONNX's own cases, including the
+Selected node tests: every node test (and every "simple", "pytorch-converted" and
+"pytorch-operator" model test) whose model uses only operators that some registered backend
+implements (so each operator we claim is checked by ONNX's own cases, including the
 ``_expanded`` function-body variants). Real-model tests: the light architectures shipped in
 the onnx package (``test_resnet50`` etc.), compared with onnx's stored outputs.
 
@@ -10,6 +11,7 @@ Every exclusion sits in :data:`EXCLUDED` with its reason.
 
 from __future__ import annotations
 
+import os
 import re
 import unittest
 import warnings
@@ -20,6 +22,7 @@ from onnx.backend.test.loader import load_model_tests
 
 from dispatch.backend import load_registry
 from dispatch.onnx_backend import DispatchBackend
+from dispatch.onnx_import import MIN_OPSET
 
 #: test name (without the ``_cpu`` suffix) -> why it is excluded
 EXCLUDED: dict[str, str] = {}
@@ -62,6 +65,17 @@ def selected_node_tests() -> list[str]:
         ops = _ops_of(case.model)
         if ops and ops <= implemented:
             names.append(case.name)
+    for kind in ("simple", "pytorch-converted", "pytorch-operator"):
+        for case in load_model_tests(kind=kind):
+            if case.model_dir is None:
+                continue
+            model = onnx.load(os.path.join(case.model_dir, "model.onnx"))
+            opset = max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=0)
+            if opset < MIN_OPSET:  # older models are outside the supported opset range
+                continue
+            ops = _ops_of(model)
+            if ops and ops <= implemented:
+                names.append(case.name)
     return sorted(set(names))
 
 
@@ -85,8 +99,15 @@ REAL_MODELS = ["test_bvlc_alexnet", "test_densenet121", "test_inception_v1", "te
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     backend_test = onnx.backend.test.BackendTest(DispatchBackend, __name__)
-    backend_test.include("^(" + "|".join(re.escape(n) for n in RUN + REAL_MODELS) + ")_cpu$")
-    globals().update(backend_test.test_cases)
+    INCLUDE = "^(" + "|".join(re.escape(n) for n in RUN + REAL_MODELS) + ")_cpu$"
+    backend_test.include(INCLUDE)
+    _cases = backend_test.test_cases  # a property that builds new classes on each access
+    for _case in _cases.values():
+        # drop the cases outside the selection (and the _cuda variants) instead of reporting
+        # thousands of skips; the selection itself is checked below
+        for _attr in [a for a in vars(_case) if a.startswith("test_") and not re.match(INCLUDE, a)]:
+            delattr(_case, _attr)
+    globals().update(_cases)
 
 
 def test_selection_is_not_empty():
