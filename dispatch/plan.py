@@ -234,7 +234,7 @@ def heuristic_plan(
             step = _choose(registry, node, order, produced, skipped_backends)
             if step is not None:
                 fused = _choose_pattern(
-                    registry, node, step, produced, consumers, graph_outputs, set(overrides)
+                    registry, node, step, order, produced, consumers, graph_outputs, set(overrides)
                 )
                 step = fused or step
         if step is None:
@@ -252,6 +252,7 @@ def heuristic_plan(
             f"{len(unsupported)} node(s) have no implementation that supports them in backends "
             f"{order}:\n  " + "\n  ".join(unsupported)
         )
+    steps = order_steps(graph, steps)
     conversions = plan_conversions(graph, registry, steps)
     return Plan(
         graph=graph.name,
@@ -381,16 +382,35 @@ def _choose_pattern(
     registry: Registry,
     node: Node,
     single: PlanStep,
+    order: Sequence[str],
     produced: Mapping[str, str],
     consumers: Mapping[str, list[Node]],
     graph_outputs: set[str],
     pinned: set[str],
 ) -> PlanStep | None:
-    """A fused step starting at ``node`` in the backend the single-node choice came from:
-    the longest supporting pattern, then the least conversion, then the highest priority."""
+    """A fused step starting at ``node`` from the first backend in ``order`` (up to the one
+    the single-node choice came from) with a supporting pattern: the longest, then the least
+    conversion, then the highest priority."""
+    for backend in order[: order.index(single.backend) + 1]:
+        step = _pattern_of_backend(registry, node, single, backend, produced, consumers, graph_outputs, pinned)
+        if step is not None:
+            return step
+    return None
+
+
+def _pattern_of_backend(
+    registry: Registry,
+    node: Node,
+    single: PlanStep,
+    backend: str,
+    produced: Mapping[str, str],
+    consumers: Mapping[str, list[Node]],
+    graph_outputs: set[str],
+    pinned: set[str],
+) -> PlanStep | None:
     best: tuple[tuple, Implementation, FusedNode] | None = None
     rejected: list[Rejected] = []
-    for impl in registry.patterns([single.backend]):
+    for impl in registry.patterns([backend]):
         if impl.pattern[0] != node.key_op:
             continue
         chain = match_chain(node, impl.pattern, consumers, graph_outputs)
@@ -421,6 +441,14 @@ def _choose_pattern(
 
 def _impls_of_backend(registry: Registry, op: str, backend: str) -> list[Implementation]:
     return [i for i in registry.implementations if i.op == op and i.backend == backend]
+
+
+def order_steps(graph: Graph, steps: Sequence[PlanStep]) -> list[PlanStep]:
+    """Steps in execution order: each at the position of the last node it covers (a fused
+    step's later nodes may read tensors produced after its first node, e.g. the residual
+    input of Conv+Add)."""
+    index = {n.name: k for k, n in enumerate(graph.nodes)}
+    return sorted(steps, key=lambda s: max(index[n] for n in s.nodes))
 
 
 def plan_conversions(graph: Graph, registry: Registry, steps: Sequence[PlanStep]) -> list[Conversion]:

@@ -77,6 +77,13 @@ def _add_relu(fused):
     return lambda a, b: np.maximum(a + b, 0)
 
 
+@table.register_pattern(("Sigmoid", "Add"), "tcl", priority=Priority.DEFAULT,
+                        supports=_add_relu_supports, layouts_in=("tcl", "tcl"), layouts_out=("tcl",))
+def _sigmoid_add(fused):
+    """Sigmoid then Add of another tensor (a residual-style join), in a fake layout."""
+    return lambda x, other: 1 / (1 + np.exp(-x)) + other
+
+
 class FakeBackend(Backend):
     """FAKE backend for tests (see module docstring)."""
 

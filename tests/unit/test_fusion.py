@@ -85,3 +85,19 @@ def test_tampered_multi_node_step_is_rejected(reg):
 def test_pattern_needs_two_ops():
     with pytest.raises(RegistryError, match="at least two"):
         ImplTable("t").register_pattern(("Relu",), "x")
+
+
+def test_fused_step_runs_after_the_producers_of_its_later_inputs(reg):
+    """Sigmoid+Add at node 'a' reads 'b', which comes after 'a' in topological order."""
+    b = ModelBuilder()
+    x = b.input("x", [1, 5, 3, 3])
+    ra = b.op("Sigmoid", [x], name="a")
+    neg = b.op("Neg", [x], name="n")
+    rb = b.op("Relu", [neg], name="b")
+    b.output(b.op("Add", [ra, rb], name="add"))
+    sess = Session(b.build(), backends=["fake", "numpy"], registry=reg)
+    names = [s.nodes for s in sess.plan.steps]
+    assert ["a", "add"] in names and names.index(["a", "add"]) > names.index(["b"])
+    xin = np.random.default_rng(1).standard_normal((1, 5, 3, 3)).astype(np.float32)
+    expect = 1 / (1 + np.exp(-xin)) + np.maximum(-xin, 0)
+    np.testing.assert_allclose(sess.run(None, {"x": xin})[0], expect, rtol=1e-5)
