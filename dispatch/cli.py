@@ -110,7 +110,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     given = dict(_parse_input(s) for s in args.input or [])
     backends = [b.strip() for b in args.backends.split(",")] if args.backends else None
     t0 = time.perf_counter()
-    sess = Session(args.model, backends=backends, input_shapes=shapes or None)
+    store = False if args.untuned else args.store
+    sess = Session(args.model, backends=backends, input_shapes=shapes or None, store=store,
+                   objective=args.objective)
     load_s = time.perf_counter() - t0
     rng = np.random.default_rng(args.seed)
     feeds = {}
@@ -146,6 +148,29 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_tune(args: argparse.Namespace) -> int:
+    from dispatch.config import Config
+    from tuner.tune import TuneOptions, tune
+
+    shapes = dict(_parse_shape(s) for s in args.shape or [])
+    backends = [b.strip() for b in args.backends.split(",")] if args.backends else None
+    config = Config.load({"store_path": args.store})
+    opts = TuneOptions(
+        budget_s=args.budget if args.budget is not None else config.tune_budget_s,
+        objective=args.objective,
+        memory_cap_bytes=args.memory_cap,
+        top_k=args.top_k if args.top_k is not None else config.tune_top_k,
+        backends=backends,
+        progress=not args.no_progress,
+    )
+    print(f"tuning {args.model} (budget {opts.budget_s:.0f} s, objective {opts.objective}, "
+          f"store {config.store_path})", flush=True)
+    result = tune(args.model, options=opts, input_shapes=shapes or None, config=config,
+                  log=lambda msg: print(msg, flush=True))
+    print(result.summary())
+    return 0
+
+
 def cmd_example(args: argparse.Namespace) -> int:
     import onnx
 
@@ -173,7 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("config", help="print the effective configuration and where each value came from")
     c.set_defaults(fn=cmd_config)
 
-    r = sub.add_parser("run", help="run a model once with the untuned plan and show what ran where")
+    r = sub.add_parser("run", help="run a model with its stored (tuned) plan, else the untuned one, and show what ran where")
     r.add_argument("model", help="path of an .onnx model")
     r.add_argument("--input", action="append", metavar="NAME=FILE.npy", help="an input array (default: random)")
     r.add_argument("--shape", action="append", metavar="NAME=1x3x224x224", help="static shape for an input")
@@ -181,7 +206,24 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--backends", help="allowed backends in priority order, e.g. native,numpy")
     r.add_argument("--repeat", type=int, default=5, help="timed runs after one warm-up (default 5)")
     r.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    r.add_argument("--store", default=None, help="plan store to take a tuned plan from (default: configured)")
+    r.add_argument("--objective", default="latency", help="objective of the stored plan to use")
+    r.add_argument("--untuned", action="store_true", help="ignore stored plans; run the heuristic plan")
     r.set_defaults(fn=cmd_run)
+
+    t = sub.add_parser("tune", help="tune a model on this machine and store the plan")
+    t.add_argument("model", help="path of an .onnx model")
+    t.add_argument("--budget", type=float, default=None, metavar="SECONDS",
+                   help="bound on the whole tuning run (default: the configured tune_budget_s)")
+    t.add_argument("--store", default=None, help="plan store (default: the configured store_path)")
+    t.add_argument("--objective", choices=["latency", "memory"], default="latency")
+    t.add_argument("--memory-cap", type=int, default=None, metavar="BYTES",
+                   help="with --objective latency: the fastest plan whose peak memory fits")
+    t.add_argument("--top-k", type=int, default=None, help="plans validated end to end (default 3)")
+    t.add_argument("--backends", help="backends the tuner may use (default: every available one)")
+    t.add_argument("--shape", action="append", metavar="NAME=1x3x224x224", help="static shape for an input")
+    t.add_argument("--no-progress", action="store_true", help="no progress bar")
+    t.set_defaults(fn=cmd_tune)
 
     e = sub.add_parser("example", help="write an example model (onnx's light architectures, random weights)")
     e.add_argument("name", choices=LIGHT_MODELS)

@@ -234,7 +234,8 @@ def heuristic_plan(
             step = _choose(registry, node, order, produced, skipped_backends)
             if step is not None:
                 fused = _choose_pattern(
-                    registry, node, step, order, produced, consumers, graph_outputs, set(overrides)
+                    registry, node, step, order, produced, consumers, graph_outputs,
+                    set(overrides) | covered,
                 )
                 step = fused or step
         if step is None:

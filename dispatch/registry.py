@@ -49,6 +49,9 @@ class Priority(enum.IntEnum):
     FALLBACK = 10
     DEFAULT = 20
     PREFERRED = 30
+    #: a kernel for a special case that a PREFERRED one also covers (1x1, depthwise), so the
+    #: special case wins the untuned plan
+    SPECIALISED = 35
 
 
 def _all_standard(node: Node) -> tuple[str, ...]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -44,10 +45,19 @@ class Session:
         backends: the allowed backends in priority order (default: the configured order,
             every available backend).
         input_shapes: static shapes for inputs whose declared shapes are symbolic.
-        plan: a :class:`Plan` (or its JSON) to run instead of the heuristic plan.
+        plan: a :class:`Plan` (or its JSON) to run instead of a stored or heuristic plan.
         overrides: node name -> implementation name, forced in the heuristic plan.
         config: a :class:`Config`; default ``Config.load()``.
         registry: the registry to use; default every discovered backend.
+        store: the plan store to look the model up in: a path or a ``tuner.store.PlanStore``;
+            ``None`` uses the configured store when it exists; ``False`` never reads one.
+        objective: the tuning objective whose stored plan to use (``latency``, ``memory``,
+            ``latency@cap=BYTES``).
+
+    Without ``plan`` or ``overrides``, a plan tuned on this machine with this software for this
+    model structure, input shapes and objective is taken from the store; otherwise the untuned
+    heuristic plan runs, and :attr:`plan_note` says why (no store, no plan for this model,
+    or which part of the key changed, e.g. ``native: build 1a2b -> 3c4d``).
     """
 
     def __init__(
@@ -60,6 +70,8 @@ class Session:
         overrides: Mapping[str, str] | None = None,
         config: Config | None = None,
         registry: Registry | None = None,
+        store: Any = None,
+        objective: str = "latency",
     ) -> None:
         t0 = time.perf_counter()
         self.config = config or Config.load()
@@ -78,12 +90,54 @@ class Session:
         self.graph: Graph = import_model(model, input_shapes)
         check_supported_ops(self.graph, self.registry, [b for b in order if b in self.registry.available_backends()])
         self.simplify_stats = simplify(self.graph, self.registry)
-        if plan is None:
-            self._plan = heuristic_plan(self.graph, self.registry, order, overrides=overrides)
-        else:
+        self.plan_source = "given"
+        self.plan_note = ""
+        self._executor: Executor | None = None
+        if plan is not None:
             self._plan = Plan.from_json(plan) if isinstance(plan, str) else plan
-        self._executor = Executor(self.graph, self._plan, self.registry)
+        else:
+            stored = None
+            if not overrides and store is not False:
+                stored = self._stored_plan(store, order, objective)
+            if stored is None:
+                self._plan = heuristic_plan(self.graph, self.registry, order, overrides=overrides)
+                self.plan_source = "heuristic"
+        if self._executor is None:
+            self._executor = Executor(self.graph, self._plan, self.registry)
         self.load_seconds = time.perf_counter() - t0
+
+    def _stored_plan(self, store: Any, order: Sequence[str], objective: str) -> Plan | None:
+        """The stored plan for this model, built into an executor, or None (with the reason
+        in :attr:`plan_note`)."""
+        from tuner.store import PlanStore
+        from tuner.tune import plan_key
+
+        if store is None:
+            path = self.config.store_path
+            if not path or not os.path.exists(path):
+                self.plan_note = f"no plan store at {path}: running the untuned plan"
+                return None
+            store = path
+        try:
+            plans = store if isinstance(store, PlanStore) else PlanStore(store, readonly=True)
+            allowed = [b for b in order if b in self.registry.available_backends()]
+            key = plan_key(self.graph, self.registry, allowed, objective)
+            found = plans.get_plan(key)
+            if found is None:
+                reasons = plans.why_not(key)
+                self.plan_note = "no stored plan for this key: " + ("; ".join(reasons) if reasons else
+                                                                   "this model was never tuned here")
+                return None
+            plan = found.plan()
+            self._executor = Executor(self.graph, plan, self.registry)
+        except Exception as exc:  # a broken store or plan must never stop the model from running
+            self.plan_note = f"stored plan not used: {type(exc).__name__}: {exc}"
+            self._executor = None
+            return None
+        self._plan = plan
+        self.plan_source = "store"
+        self.plan_note = f"plan {key.digest()[:16]} from the store (tuned {found.created_at})"
+        return plan
 
     def _configure_backends(self) -> None:
         for status in self.registry.backends.values():
@@ -98,6 +152,7 @@ class Session:
 
     @property
     def executor(self) -> Executor:
+        assert self._executor is not None
         return self._executor
 
     def get_inputs(self) -> list[IOInfo]:
@@ -116,7 +171,7 @@ class Session:
         """Run the model; returns one array per name in ``output_names`` (all when None)."""
         arrays = self._check_feeds(feeds)
         names = self._check_outputs(output_names)
-        return self._executor.run(arrays, names)
+        return self.executor.run(arrays, names)
 
     def _check_outputs(self, output_names: Sequence[str] | None) -> list[str] | None:
         if output_names is None:
@@ -164,7 +219,8 @@ class Session:
         """What runs where: the plan as a text table with a one-line summary."""
         used = ", ".join(f"{b}: {n} node(s)" for b, n in self._plan.backends_used().items())
         runtime_convs = sum(1 for c in self._plan.conversions if not c.at_build)
+        note = f"plan: {self.plan_source}" + (f" ({self.plan_note})" if self.plan_note else "")
         return (
-            f"{self.graph.summary()}\nbackends: {used}; {runtime_convs} run-time conversion(s)\n"
+            f"{self.graph.summary()}\n{note}\nbackends: {used}; {runtime_convs} run-time conversion(s)\n"
             + self._plan.describe()
         )

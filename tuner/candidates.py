@@ -7,8 +7,9 @@ kept with their reasons for reports.
 
 A candidate's :attr:`Candidate.signature` identifies what is measured: the implementation, the
 op types and attributes of its nodes, the shapes, dtypes and layouts of its tensors, and the
-values of small constant inputs (a Reshape's target shape matters; a Conv's weight values do
-not). Equal signatures share one measurement, across the graph, across models and across runs.
+values of small non-float constant inputs and of float scalars (a Reshape's target shape and a
+Pow's exponent matter; a Conv's weights and bias values do not, so a retrained model reuses the
+measurements). Equal signatures share one measurement, across the graph, across models and across runs.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from dispatch.graph import Graph, Node
 from dispatch.plan import Rejected, candidate_reason
 from dispatch.registry import Implementation, Registry
 
-#: constant inputs up to this many elements are part of a signature by value
+#: non-float constant inputs up to this many elements are part of a signature by value
 SMALL_CONST = 64
 
 
@@ -70,7 +71,8 @@ class CandidateSet:
 
 def _canon(value: Any) -> Any:
     if isinstance(value, np.ndarray):
-        if value.size <= SMALL_CONST:
+        weights = value.dtype.kind in "fc" and value.size > 1
+        if value.size <= SMALL_CONST and not weights:
             return {"dtype": value.dtype.str, "shape": list(value.shape), "data": value.ravel().tolist()}
         return {"dtype": value.dtype.str, "shape": list(value.shape)}
     if isinstance(value, list | tuple):

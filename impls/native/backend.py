@@ -27,7 +27,10 @@ MODULES = (
     "layouts",
     "elementwise",
     # conv modules
+    "conv",
     # gemm modules
+    "gemm",
+    "conv_nhwc",
     # pool/norm/concat modules
 )
 

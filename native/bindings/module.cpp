@@ -32,7 +32,12 @@ PYBIND11_MODULE(_opdispatch_native, m) {
   opd::bindings::bind_layouts(m);
   opd::bindings::bind_elementwise(m);
   // conv bind call
+  opd::bindings::bind_conv(m);
   // pool bind call
+  opd::bindings::bind_pool(m);
   // norm bind call
+  opd::bindings::bind_norm(m);
+  opd::bindings::bind_concat(m);
   // gemm bind call
+  opd::bindings::bind_gemm(m);
 }

@@ -25,7 +25,12 @@ from dispatch.onnx_backend import DispatchBackend
 from dispatch.onnx_import import MIN_OPSET
 
 #: test name (without the ``_cpu`` suffix) -> why it is excluded
-EXCLUDED: dict[str, str] = {}
+EXCLUDED: dict[str, str] = {
+    "test_squeezenet": "ill-conditioned for any summation order but the reference's: the shipped "
+    "weights make all 1000 logits ~9.5e9 and equal to within float32 rounding, so the final "
+    "Softmax turns a 6e-7 relative rounding difference into 0.001 vs 0; "
+    "test_squeezenet_real_model_logits checks the same model and data on its logits instead",
+}
 
 DATA_DEPENDENT = r"^test_center_crop_pad_.*_expanded$|^test_reduce_log_sum_(asc_axes|desc_axes|empty_set|negative_axes)_expanded$"
 
@@ -99,7 +104,7 @@ REAL_MODELS = ["test_bvlc_alexnet", "test_densenet121", "test_inception_v1", "te
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     backend_test = onnx.backend.test.BackendTest(DispatchBackend, __name__)
-    INCLUDE = "^(" + "|".join(re.escape(n) for n in RUN + REAL_MODELS) + ")_cpu$"
+    INCLUDE = "^(" + "|".join(re.escape(n) for n in RUN + REAL_MODELS if _excluded(n) is None) + ")_cpu$"
     backend_test.include(INCLUDE)
     _cases = backend_test.test_cases  # a property that builds new classes on each access
     for _case in _cases.values():
@@ -139,6 +144,26 @@ def test_data_dependent_shapes_are_reported():
             assert "depends on the runtime values" in str(exc), (case.name, exc)
         else:
             raise AssertionError(f"{case.name}: expected a ShapeInferenceError")
+
+
+def test_squeezenet_real_model_logits():
+    """The excluded real-model case on its logits: the numpy plan reproduces the shipped
+    output exactly, and the default (native) plan matches the numpy logits within rtol 1e-5."""
+    import numpy as np
+
+    from dispatch import Session
+
+    data = os.path.join(os.path.dirname(onnx.backend.test.__file__), "data", "light")
+    model = onnx.load(os.path.join(data, "light_squeezenet.onnx"))
+    expected = onnx.numpy_helper.to_array(onnx.load_tensor(os.path.join(data, "light_squeezenet_output_0.pb")))
+    x = (np.arange(3 * 224 * 224).reshape(1, 3, 224, 224) / (3 * 224 * 224)).astype(np.float32)
+    numpy_out = Session(model, backends=["numpy"]).run(None, {"data_0": x})[0]
+    np.testing.assert_allclose(numpy_out, expected, rtol=1e-3, atol=1e-7)
+    softmax = next(n for n in model.graph.node if n.op_type == "Softmax")
+    model.graph.output.append(onnx.helper.make_tensor_value_info(softmax.input[0], onnx.TensorProto.FLOAT, None))
+    ref = Session(model, backends=["numpy"]).run([softmax.input[0]], {"data_0": x})[0]
+    out = Session(model).run([softmax.input[0]], {"data_0": x})[0]
+    np.testing.assert_allclose(out, ref, rtol=1e-5)
 
 
 if __name__ == "__main__":

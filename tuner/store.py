@@ -1,0 +1,624 @@
+"""The SQLite plan store: tuned plans, measurements and tuning runs.
+
+One file (default ``~/.cache/opdispatch/plans.sqlite``; ``OPDISPATCH_STORE`` or ``--store``
+override it) shared by every process on the machine: tuners write, production processes read.
+
+- WAL journal, ``busy_timeout`` and ``synchronous=NORMAL``: readers never block writers;
+  writers queue up instead of failing with "database is locked".
+- Every write is its own short ``BEGIN IMMEDIATE`` transaction, so an interrupted tuning run
+  keeps every measurement it committed, and two writers never deadlock on a lock upgrade.
+- Versioned schema: ``PRAGMA user_version`` (mirrored in the ``meta`` table) counts the
+  :data:`MIGRATIONS` applied. An older store is migrated when opened writable; a store written
+  by a newer opdispatch is refused with a clear error rather than misread.
+- Read-only mode opens ``file:...?mode=ro`` and never writes; it also works on a read-only
+  file in a read-only folder.
+- Plans are stored as JSON text (never pickle); every statement is parameterised.
+
+The DDL of each migration is plain SQL frozen in this file (a past migration must never
+change); queries go through sqlite-utils over the same ``sqlite3`` connection.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sqlite3
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from sqlite_utils import Database
+
+from dispatch.errors import OpDispatchError
+from dispatch.plan import Plan
+from tuner.fingerprint import PlanKey, hardware_digest, software_digest
+
+RUN_STATUSES = ("running", "finished", "interrupted", "failed")
+FINAL_RUN_STATUSES = RUN_STATUSES[1:]
+#: Lines :meth:`PlanStore.why_not` gives at most about plans of other models.
+MAX_OTHER_MODEL_LINES = 3
+
+
+class StoreError(OpDispatchError):
+    """The plan store cannot be opened, has an unknown schema, or refused an operation."""
+
+
+# ------------------------------------------------------------------------------------------
+# schema
+# ------------------------------------------------------------------------------------------
+
+
+def _migrate_v1(db: Database) -> None:
+    """Version 1: meta, plans and measurements."""
+    for sql in (
+        "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+        """CREATE TABLE plans (
+            id INTEGER PRIMARY KEY,
+            key_digest TEXT NOT NULL UNIQUE,
+            model_fp TEXT NOT NULL,
+            inputs_sig TEXT NOT NULL,
+            hardware_digest TEXT NOT NULL,
+            hardware_json TEXT NOT NULL,
+            software_digest TEXT NOT NULL,
+            software_json TEXT NOT NULL,
+            objective TEXT NOT NULL,
+            plan_json TEXT NOT NULL,
+            latency_ms REAL,
+            peak_bytes INTEGER,
+            created_at TEXT NOT NULL
+        )""",
+        "CREATE INDEX plans_model_fp ON plans (model_fp)",
+        """CREATE TABLE measurements (
+            id INTEGER PRIMARY KEY,
+            signature TEXT NOT NULL,
+            candidate TEXT NOT NULL,
+            hardware_digest TEXT NOT NULL,
+            software_digest TEXT NOT NULL,
+            median_s REAL,
+            spread_s REAL,
+            samples INTEGER NOT NULL DEFAULT 0,
+            created_at TEXT NOT NULL,
+            UNIQUE (signature, candidate, hardware_digest, software_digest)
+        )""",
+    ):
+        db.execute(sql)
+
+
+def _migrate_v2(db: Database) -> None:
+    """Version 2: tuning runs; plans link their run and carry notes; measurements record the
+    error of a rejected candidate."""
+    for sql in (
+        """CREATE TABLE tuning_runs (
+            id INTEGER PRIMARY KEY,
+            model_fp TEXT NOT NULL,
+            started_at TEXT NOT NULL,
+            finished_at TEXT,
+            status TEXT NOT NULL
+                CHECK (status IN ('running', 'finished', 'interrupted', 'failed')),
+            budget_s REAL,
+            objective TEXT NOT NULL,
+            stats_json TEXT NOT NULL DEFAULT '{}'
+        )""",
+        "CREATE INDEX tuning_runs_model_fp ON tuning_runs (model_fp)",
+        "ALTER TABLE plans ADD COLUMN tuning_run_id INTEGER "
+        "REFERENCES tuning_runs (id) ON DELETE SET NULL",
+        "ALTER TABLE plans ADD COLUMN notes_json TEXT NOT NULL DEFAULT '{}'",
+        "ALTER TABLE measurements ADD COLUMN error TEXT",
+    ):
+        db.execute(sql)
+
+
+#: Schema migrations in order; ``MIGRATIONS[k]`` takes a store from version ``k`` to ``k + 1``.
+#: Append only: never edit a migration that has shipped.
+MIGRATIONS: tuple[Callable[[Database], None], ...] = (_migrate_v1, _migrate_v2)
+SCHEMA_VERSION = len(MIGRATIONS)
+_OWN_TABLES = {"meta", "plans", "measurements", "tuning_runs"}
+
+
+# ------------------------------------------------------------------------------------------
+# records
+# ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StoredPlan:
+    """A plan row: its key, the plan as JSON and what the tuner measured for it."""
+
+    id: int
+    key: PlanKey
+    plan_json: str
+    latency_ms: float | None
+    peak_bytes: int | None
+    created_at: str
+    run_id: int | None
+    notes: dict[str, Any] = field(default_factory=dict)
+
+    def plan(self) -> Plan:
+        """The stored plan as a :class:`dispatch.plan.Plan`."""
+        return Plan.from_json(self.plan_json)
+
+
+@dataclass(frozen=True)
+class StoredMeasurement:
+    """One candidate measured for one signature on one hardware/software combination."""
+
+    signature: str
+    candidate: str
+    hardware_digest: str
+    software_digest: str
+    median_s: float | None
+    spread_s: float | None
+    samples: int
+    error: str | None
+    created_at: str
+
+    @property
+    def ok(self) -> bool:
+        """True when the candidate ran and matched the reference."""
+        return self.error is None and self.median_s is not None
+
+
+@dataclass(frozen=True)
+class TuningRun:
+    """One tuning run: when, how it ended, its budget, objective and statistics."""
+
+    id: int
+    model_fp: str
+    started_at: str
+    finished_at: str | None
+    status: str
+    budget_s: float | None
+    objective: str
+    stats: dict[str, Any] = field(default_factory=dict)
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+def _json_dict(text: str | None) -> dict[str, Any]:
+    data = json.loads(text) if text else {}
+    return data if isinstance(data, dict) else {"value": data}
+
+
+def _dump(data: Mapping[str, Any] | None) -> str:
+    return json.dumps(dict(data or {}), sort_keys=True, default=str)
+
+
+def _plan_from_row(row: Mapping[str, Any]) -> StoredPlan:
+    key = PlanKey(
+        model=row["model_fp"],
+        inputs=row["inputs_sig"],
+        hardware=_json_dict(row["hardware_json"]),
+        software=_json_dict(row["software_json"]),
+        objective=row["objective"],
+    )
+    return StoredPlan(
+        id=int(row["id"]), key=key, plan_json=row["plan_json"], latency_ms=row["latency_ms"],
+        peak_bytes=row["peak_bytes"], created_at=row["created_at"], run_id=row["tuning_run_id"],
+        notes=_json_dict(row["notes_json"]),
+    )
+
+
+def _measurement_from_row(row: Mapping[str, Any]) -> StoredMeasurement:
+    return StoredMeasurement(
+        signature=row["signature"], candidate=row["candidate"],
+        hardware_digest=row["hardware_digest"], software_digest=row["software_digest"],
+        median_s=row["median_s"], spread_s=row["spread_s"], samples=int(row["samples"]),
+        error=row["error"], created_at=row["created_at"],
+    )
+
+
+def _run_from_row(row: Mapping[str, Any]) -> TuningRun:
+    return TuningRun(
+        id=int(row["id"]), model_fp=row["model_fp"], started_at=row["started_at"],
+        finished_at=row["finished_at"], status=row["status"], budget_s=row["budget_s"],
+        objective=row["objective"], stats=_json_dict(row["stats_json"]),
+    )
+
+
+# ------------------------------------------------------------------------------------------
+# the store
+# ------------------------------------------------------------------------------------------
+
+
+def default_store_path() -> str:
+    """The configured store path (``OPDISPATCH_STORE``, the config file, else the user cache)."""
+    from dispatch.config import Config
+
+    return Config.load().store_path
+
+
+class PlanStore:
+    """The plan store at ``path`` (default: :func:`default_store_path`).
+
+    Args:
+        path: the SQLite file; its parent folders are created unless ``readonly``.
+        readonly: open with ``mode=ro``: never writes, never migrates, never creates the file;
+            write methods raise :class:`StoreError`.
+        timeout_s: how long a statement waits for another process's lock before failing.
+    """
+
+    def __init__(
+        self, path: str | os.PathLike | None = None, *, readonly: bool = False,
+        timeout_s: float = 30.0,
+    ) -> None:
+        if timeout_s <= 0:
+            raise StoreError(f"timeout_s must be positive, received {timeout_s!r}")
+        self.path = Path(os.fspath(path) if path else default_store_path()).expanduser()
+        self.readonly = readonly
+        self.timeout_s = float(timeout_s)
+        self._conn = self._open_readonly() if readonly else self._open_writable()
+        self.db = Database(self._conn)
+        try:
+            self.schema_version = self._check_schema()
+        except BaseException:
+            self._conn.close()
+            raise
+
+    # -- opening -----------------------------------------------------------------------
+    def _connect(self, target: str, *, uri: bool) -> sqlite3.Connection:
+        try:
+            conn = sqlite3.connect(target, uri=uri, timeout=self.timeout_s, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open the plan store {str(self.path)!r}: {exc}") from None
+        conn.execute(f"PRAGMA busy_timeout = {int(self.timeout_s * 1000)}")
+        return conn
+
+    def _open_writable(self) -> sqlite3.Connection:
+        if self.path.is_dir():
+            raise StoreError(f"the plan store must be a file, received the folder {str(self.path)!r}")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(
+                f"cannot create the folder of the plan store {str(self.path)!r}: {exc}; "
+                f"open it with readonly=True to only read it"
+            ) from None
+        conn = self._connect(str(self.path), uri=False)
+        try:
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            conn.execute("PRAGMA synchronous = NORMAL")
+            conn.execute("PRAGMA foreign_keys = ON")
+        except sqlite3.DatabaseError as exc:
+            conn.close()
+            raise StoreError(self._unreadable(exc)) from None
+        self.journal_mode = str(mode).lower()
+        return conn
+
+    def _open_readonly(self) -> sqlite3.Connection:
+        if not self.path.is_file():
+            raise StoreError(
+                f"no plan store at {str(self.path)!r} (opened read-only, so it is not created)"
+            )
+        base = self.path.resolve().as_uri()
+        conn = self._connect(f"{base}?mode=ro", uri=True)
+        try:
+            conn.execute("PRAGMA user_version").fetchone()
+        except sqlite3.OperationalError:
+            conn.close()
+            wal = Path(f"{self.path}-wal")
+            if wal.exists() and wal.stat().st_size > 0:
+                raise StoreError(
+                    f"cannot read the plan store {str(self.path)!r} read-only: its write-ahead log "
+                    f"is not checkpointed and its folder is not writable"
+                ) from None
+            # a WAL-mode file whose folder is read-only: nothing can write it, so it may be read
+            # as immutable (SQLite cannot create the -shm index next to it)
+            conn = self._connect(f"{base}?mode=ro&immutable=1", uri=True)
+        except sqlite3.DatabaseError as exc:
+            conn.close()
+            raise StoreError(self._unreadable(exc)) from None
+        conn.execute("PRAGMA query_only = ON")
+        self.journal_mode = str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower()
+        return conn
+
+    def _unreadable(self, exc: BaseException) -> str:
+        return (f"{str(self.path)!r} is not a readable SQLite plan store "
+                f"({type(exc).__name__}: {exc})")
+
+    def _user_version(self) -> int:
+        try:
+            return int(self._conn.execute("PRAGMA user_version").fetchone()[0])
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(self._unreadable(exc)) from None
+
+    def _check_schema(self) -> int:
+        version = self._user_version()
+        if version > SCHEMA_VERSION:
+            raise StoreError(
+                f"the plan store {str(self.path)!r} has schema version {version}, newer than the "
+                f"version {SCHEMA_VERSION} this opdispatch knows; upgrade opdispatch or use "
+                f"another store (OPDISPATCH_STORE / --store)"
+            )
+        if version < SCHEMA_VERSION:
+            if self.readonly:
+                raise StoreError(
+                    f"the plan store {str(self.path)!r} has schema version {version}, older than "
+                    f"the version {SCHEMA_VERSION} this opdispatch reads; open it once writable "
+                    f"(readonly=False) to migrate it"
+                    if version else f"{str(self.path)!r} is not an opdispatch plan store "
+                    f"(schema version 0, expected {SCHEMA_VERSION})"
+                )
+            version = self._migrate()
+        return version
+
+    def _migrate(self) -> int:
+        """Apply the missing migrations in one transaction (re-checked under the write lock,
+        since another process may have migrated meanwhile)."""
+        with self._write("migrate"):
+            version = self._user_version()
+            if version == 0:
+                foreign = set(self.db.table_names()) - _OWN_TABLES
+                if foreign:
+                    raise StoreError(
+                        f"{str(self.path)!r} is a SQLite database but not an opdispatch plan "
+                        f"store (it holds the tables {sorted(foreign)})"
+                    )
+            for step in range(version, SCHEMA_VERSION):
+                MIGRATIONS[step](self.db)
+            if version < SCHEMA_VERSION:
+                self._set_meta("schema_version", str(SCHEMA_VERSION))
+                if version == 0:
+                    self._set_meta("created_at", _now())
+                # PRAGMA takes no parameters; SCHEMA_VERSION is this module's own integer
+                self._conn.execute(f"PRAGMA user_version = {int(SCHEMA_VERSION)}")
+        return SCHEMA_VERSION
+
+    def _set_meta(self, key: str, value: str) -> None:
+        self.db.execute(
+            "INSERT INTO meta (key, value) VALUES (?, ?) "
+            "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            [key, value],
+        )
+
+    # -- transactions ------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _write(self, operation: str) -> Iterator[None]:
+        """One short write transaction, taking the write lock up front (``BEGIN IMMEDIATE``)."""
+        if self.readonly:
+            raise StoreError(
+                f"{operation}: the plan store {str(self.path)!r} was opened read-only"
+            )
+        try:
+            self._conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            raise StoreError(
+                f"{operation}: could not lock the plan store {str(self.path)!r} within "
+                f"{self.timeout_s:g} s: {exc}"
+            ) from None
+        try:
+            yield
+            self._conn.execute("COMMIT")
+        except BaseException:
+            if self._conn.in_transaction:
+                self._conn.execute("ROLLBACK")
+            raise
+
+    def meta(self) -> dict[str, str]:
+        """The ``meta`` table (schema version, creation time)."""
+        return {r["key"]: r["value"] for r in self.db.query("SELECT key, value FROM meta")}
+
+    def close(self) -> None:
+        """Close the connection (the store can no longer be used)."""
+        self._conn.close()
+
+    def __enter__(self) -> PlanStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        mode = "read-only" if self.readonly else "writable"
+        return f"PlanStore({str(self.path)!r}, {mode}, schema v{self.schema_version})"
+
+    # -- plans -------------------------------------------------------------------------
+    def put_plan(
+        self,
+        key: PlanKey,
+        plan_json: str | Plan,
+        *,
+        latency_ms: float | None = None,
+        peak_bytes: int | None = None,
+        run_id: int | None = None,
+        notes: Mapping[str, Any] | None = None,
+    ) -> int:
+        """Store ``plan_json`` under ``key``, replacing a plan stored under the same key;
+        returns the plan's id (kept when replacing). The JSON is checked to be a valid plan."""
+        if not isinstance(key, PlanKey):
+            raise StoreError(f"put_plan expects a PlanKey, received {type(key).__name__}")
+        text = plan_json.to_json() if isinstance(plan_json, Plan) else plan_json
+        if not isinstance(text, str):
+            raise StoreError(
+                f"put_plan expects the plan as JSON text or a Plan, received {type(text).__name__}"
+            )
+        Plan.from_json(text)  # raises PlanError on a malformed plan: never store one
+        digest = key.digest()
+        row = [
+            digest, key.model, key.inputs, hardware_digest(key.hardware), _dump(key.hardware),
+            software_digest(key.software), _dump(key.software), key.objective, text,
+            None if latency_ms is None else float(latency_ms),
+            None if peak_bytes is None else int(peak_bytes),
+            _now(), run_id, _dump(notes),
+        ]
+        with self._write("put_plan"), self._run_must_exist("put_plan", run_id):
+            self.db.execute(
+                """INSERT INTO plans (key_digest, model_fp, inputs_sig, hardware_digest,
+                       hardware_json, software_digest, software_json, objective, plan_json,
+                       latency_ms, peak_bytes, created_at, tuning_run_id, notes_json)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                   ON CONFLICT (key_digest) DO UPDATE SET
+                       plan_json = excluded.plan_json, latency_ms = excluded.latency_ms,
+                       peak_bytes = excluded.peak_bytes, created_at = excluded.created_at,
+                       tuning_run_id = excluded.tuning_run_id, notes_json = excluded.notes_json""",
+                row,
+            )
+            found = self._conn.execute(
+                "SELECT id FROM plans WHERE key_digest = ?", [digest]).fetchone()
+        return int(found[0])
+
+    @contextlib.contextmanager
+    def _run_must_exist(self, operation: str, run_id: int | None) -> Iterator[None]:
+        try:
+            yield
+        except sqlite3.IntegrityError as exc:
+            if run_id is None or "FOREIGN KEY" not in str(exc):
+                raise
+            raise StoreError(
+                f"{operation}: run_id {run_id} is not a tuning run in {str(self.path)!r} "
+                f"(expected an id returned by start_run)"
+            ) from None
+
+    def get_plan(self, key: PlanKey) -> StoredPlan | None:
+        """The plan stored under exactly ``key``, or ``None`` (see :meth:`why_not`)."""
+        rows = list(self.db.query("SELECT * FROM plans WHERE key_digest = ?", [key.digest()]))
+        if not rows:
+            return None
+        stored = _plan_from_row(rows[0])
+        return stored if stored.key == key else None
+
+    def plan_by_id(self, plan_id: int) -> StoredPlan:
+        """The plan with id ``plan_id``; raises :class:`StoreError` listing the ids that exist."""
+        rows = list(self.db.query("SELECT * FROM plans WHERE id = ?", [int(plan_id)]))
+        if not rows:
+            ids = [r["id"] for r in self.db.query("SELECT id FROM plans ORDER BY id")]
+            raise StoreError(f"no plan with id {plan_id} in {str(self.path)!r}; stored ids: "
+                             f"{', '.join(map(str, ids[:50])) or '(none)'}")
+        return _plan_from_row(rows[0])
+
+    def plans_for_model(self, model_fp: str) -> list[StoredPlan]:
+        """Every plan stored for the model fingerprint ``model_fp``, newest first."""
+        return [_plan_from_row(r) for r in self.db.query(
+            "SELECT * FROM plans WHERE model_fp = ? ORDER BY created_at DESC, id DESC", [model_fp])]
+
+    def all_plans(self) -> list[StoredPlan]:
+        """Every stored plan, newest first."""
+        return [_plan_from_row(r) for r in self.db.query(
+            "SELECT * FROM plans ORDER BY created_at DESC, id DESC")]
+
+    def delete_plan(self, plan_id: int) -> bool:
+        """Delete the plan with id ``plan_id``; False when there was none."""
+        with self._write("delete_plan"):
+            cur = self.db.execute("DELETE FROM plans WHERE id = ?", [int(plan_id)])
+        return cur.rowcount > 0
+
+    def why_not(self, key: PlanKey) -> list[str]:
+        """Why no stored plan matches ``key``: one line per stored plan of the same model
+        naming what differs (``plan 3 (latency, 2024-...): native: build 1a2b -> build 3c4d``).
+        Empty when a plan matches, or when no plan of this model (nor of a model with the same
+        inputs) was ever stored."""
+        if self.get_plan(key) is not None:
+            return []
+        same_model = self.plans_for_model(key.model)
+        if same_model:
+            return [self._difference_line(p, key) for p in same_model]
+        others = [_plan_from_row(r) for r in self.db.query(
+            "SELECT * FROM plans WHERE inputs_sig = ? ORDER BY created_at DESC, id DESC LIMIT ?",
+            [key.inputs, MAX_OTHER_MODEL_LINES])]
+        return [self._difference_line(p, key) for p in others]
+
+    @staticmethod
+    def _difference_line(stored: StoredPlan, key: PlanKey) -> str:
+        changes = stored.key.explain_difference(key) or ["identical key (digest mismatch)"]
+        return (f"plan {stored.id} ({stored.key.objective}, stored {stored.created_at}): "
+                + ", ".join(changes))
+
+    # -- measurements ------------------------------------------------------------------
+    def put_measurement(
+        self,
+        signature: str,
+        candidate: str,
+        hardware_digest: str,
+        software_digest: str,
+        *,
+        median_s: float | None = None,
+        spread_s: float | None = None,
+        samples: int = 0,
+        error: str | None = None,
+    ) -> None:
+        """Record (or replace) one measurement, committed at once so that an interrupted
+        tuning run keeps it. ``error`` marks a candidate that failed or gave wrong results."""
+        if median_s is None and error is None:
+            raise StoreError(
+                f"put_measurement({signature!r}, {candidate!r}): expected median_s or error, "
+                f"received neither"
+            )
+        row = [signature, candidate, hardware_digest, software_digest,
+               None if median_s is None else float(median_s),
+               None if spread_s is None else float(spread_s), int(samples), error, _now()]
+        with self._write("put_measurement"):
+            self.db.execute(
+                """INSERT INTO measurements (signature, candidate, hardware_digest,
+                       software_digest, median_s, spread_s, samples, error, created_at)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+                   ON CONFLICT (signature, candidate, hardware_digest, software_digest)
+                   DO UPDATE SET median_s = excluded.median_s, spread_s = excluded.spread_s,
+                       samples = excluded.samples, error = excluded.error,
+                       created_at = excluded.created_at""",
+                row,
+            )
+
+    def get_measurement(
+        self, signature: str, candidate: str, hardware_digest: str, software_digest: str,
+    ) -> StoredMeasurement | None:
+        """The measurement of ``candidate`` for ``signature`` on this hardware and software."""
+        rows = list(self.db.query(
+            "SELECT * FROM measurements WHERE signature = ? AND candidate = ? "
+            "AND hardware_digest = ? AND software_digest = ?",
+            [signature, candidate, hardware_digest, software_digest]))
+        return _measurement_from_row(rows[0]) if rows else None
+
+    def measurements_for(
+        self, signature: str, hardware_digest: str, software_digest: str,
+    ) -> list[StoredMeasurement]:
+        """Every candidate measured for ``signature`` on this hardware and software, fastest
+        first (failed ones last)."""
+        return [_measurement_from_row(r) for r in self.db.query(
+            "SELECT * FROM measurements WHERE signature = ? AND hardware_digest = ? "
+            "AND software_digest = ? ORDER BY error IS NOT NULL, median_s IS NULL, median_s, "
+            "candidate", [signature, hardware_digest, software_digest])]
+
+    def count_measurements(self) -> int:
+        """How many measurements the store holds."""
+        return int(self._conn.execute("SELECT count(*) FROM measurements").fetchone()[0])
+
+    # -- tuning runs -------------------------------------------------------------------
+    def start_run(
+        self, model_fp: str, *, budget_s: float | None = None, objective: str = "latency",
+        stats: Mapping[str, Any] | None = None,
+    ) -> int:
+        """Record the start of a tuning run (status ``running``); returns its id."""
+        with self._write("start_run"):
+            cur = self.db.execute(
+                "INSERT INTO tuning_runs (model_fp, started_at, status, budget_s, objective, "
+                "stats_json) VALUES (?, ?, 'running', ?, ?, ?)",
+                [model_fp, _now(), None if budget_s is None else float(budget_s), objective,
+                 _dump(stats)])
+        return int(cur.lastrowid or 0)
+
+    def finish_run(self, run_id: int, status: str, stats: Mapping[str, Any] | None = None) -> None:
+        """Record how run ``run_id`` ended: ``finished``, ``interrupted`` or ``failed``."""
+        if status not in FINAL_RUN_STATUSES:
+            raise StoreError(
+                f"finish_run: status must be one of {', '.join(FINAL_RUN_STATUSES)}, "
+                f"received {status!r}"
+            )
+        with self._write("finish_run"):
+            cur = self.db.execute(
+                "UPDATE tuning_runs SET status = ?, finished_at = ?, stats_json = ? WHERE id = ?",
+                [status, _now(), _dump(stats), int(run_id)])
+            if cur.rowcount == 0:
+                raise StoreError(f"finish_run: no tuning run with id {run_id} in {str(self.path)!r}")
+
+    def runs(self, model_fp: str | None = None) -> list[TuningRun]:
+        """Tuning runs, newest first (only those of ``model_fp`` when given)."""
+        if model_fp is None:
+            rows = self.db.query("SELECT * FROM tuning_runs ORDER BY id DESC")
+        else:
+            rows = self.db.query(
+                "SELECT * FROM tuning_runs WHERE model_fp = ? ORDER BY id DESC", [model_fp])
+        return [_run_from_row(r) for r in rows]

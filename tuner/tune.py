@@ -1,0 +1,596 @@
+"""The warm-up tuner: candidates -> measurements -> conversion-aware optimisation ->
+end-to-end validation of the best plans -> plan store.
+
+1. Candidates (:mod:`tuner.candidates`): every supporting (implementation, layouts) of every
+   allowed backend for every node, and every fused pattern match.
+2. Measurements (:mod:`tuner.measure`): one per distinct signature, reused from the store's
+   measurements table when this machine and software measured it before (across models and
+   runs); each new one is checked against the numpy reference and committed at once, so an
+   interrupted run keeps it. The candidates of the untuned plan are measured first, so a
+   complete plan exists whatever the budget. Converter chains are measured per (shape, dtype,
+   source layout, target layout).
+3. Optimisation (:mod:`tuner.optimize`): node costs plus converter costs, each conversion paid
+   once per (tensor, target layout); exact DP or MILP, greedy fallback.
+4. Validation: the optimum and up to ``top_k - 1`` alternatives (each re-optimised without the
+   optimum's least certain decision) plus the untuned plan run end to end; outputs must match
+   the all-numpy plan; the objective picks the winner among the valid ones.
+5. Store (:mod:`tuner.store`): the winner under its plan key, with the provenance needed by
+   reports (measurements, rejections, alternatives).
+
+Objectives: ``latency`` (default); ``memory`` (node cost = bytes of the tensors a candidate
+produces in its layouts, the validated plan with the lowest executor peak wins); ``latency``
+with ``memory_cap_bytes`` (the fastest validated plan whose peak fits).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from dispatch.backend import load_registry
+from dispatch.config import Config
+from dispatch.errors import OpDispatchError
+from dispatch.executor import Executor
+from dispatch.graph import Graph
+from dispatch.onnx_import import ModelLike, import_model
+from dispatch.passes import simplify
+from dispatch.plan import (
+    Plan,
+    PlanStep,
+    Rejected,
+    check_supported_ops,
+    heuristic_plan,
+    order_steps,
+    plan_conversions,
+)
+from dispatch.registry import STANDARD, Registry
+from tuner.candidates import Candidate, CandidateSet, enumerate_candidates
+from tuner.fingerprint import (
+    PlanKey,
+    hardware_digest,
+    hardware_fingerprint,
+    input_signature,
+    model_fingerprint,
+    software_digest,
+    software_fingerprint,
+)
+from tuner.measure import (
+    MODEL_TOLERANCE,
+    Measurement,
+    check_outputs,
+    measure_candidate,
+    measure_conversion,
+    reference_overrides,
+)
+from tuner.optimize import Choice, Problem, Solution, optimize
+from tuner.store import PlanStore
+
+OBJECTIVES = ("latency", "memory")
+
+
+class TuningError(OpDispatchError):
+    """The tuner could not produce a valid plan."""
+
+
+@dataclass
+class TuneOptions:
+    """How to tune. ``budget_s`` bounds the whole run (measurement stops when it is spent;
+    optimisation and validation of what was measured still run)."""
+
+    budget_s: float = 120.0
+    objective: str = "latency"
+    memory_cap_bytes: int | None = None
+    top_k: int = 3
+    backends: Sequence[str] | None = None
+    validate_runs: int = 10
+    per_candidate_cap_s: float = 0.5
+    ci_target: float = 0.05
+    seed: int = 0
+    progress: bool = True
+    optimize_time_limit_s: float = 10.0
+
+
+@dataclass
+class PlanCandidate:
+    """One whole plan validated end to end."""
+
+    label: str
+    plan: Plan
+    predicted_s: float | None  # None: not from the optimiser (the untuned plan)
+    latency_ms: float | None = None
+    spread_ms: float | None = None
+    peak_bytes: int | None = None
+    error: str | None = None
+
+
+@dataclass
+class TuneResult:
+    """What a tuning run produced."""
+
+    plan: Plan
+    key: PlanKey
+    plan_id: int
+    latency_ms: float
+    peak_bytes: int
+    validated: list[PlanCandidate]
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    def summary(self) -> str:
+        """A few lines for the terminal."""
+        s = self.stats
+        lines = [
+            f"plan {self.key.digest()[:16]} stored (id {self.plan_id}); objective {self.key.objective}",
+            f"measured {s['measured']} new candidate signature(s), reused {s['reused']}, "
+            f"rejected {s['wrong']} wrong/failing, skipped {s['skipped_budget']} over budget; "
+            f"{s['conversions_measured']} converter cost(s)",
+            f"optimiser: {s['optimizer_method']} ({'optimal' if s['optimizer_optimal'] else 'not proven optimal'}) "
+            f"in {s['optimizer_s']:.2f} s",
+            "validated plans (end to end, median of runs):",
+        ]
+        for pc in self.validated:
+            what = pc.error or f"{pc.latency_ms:.2f} ms (spread {pc.spread_ms:.2f}), peak {pc.peak_bytes / 1e6:.1f} MB"
+            mark = "*" if pc.plan is self.plan else " "
+            predicted = "       -   " if pc.predicted_s is None else f"{pc.predicted_s * 1e3:8.2f} ms"
+            lines.append(f" {mark} {pc.label:<28} predicted {predicted}   {what}")
+        used = ", ".join(f"{b}: {n}" for b, n in self.plan.backends_used().items())
+        lines.append(f"winner runs {used}; {len(self.plan.conversions)} conversion(s); tuning took {s['tuning_s']:.1f} s")
+        return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------
+# measurement stage
+# ------------------------------------------------------------------------------------------
+
+
+def _progress(total: int, desc: str, enabled: bool):
+    if not enabled:
+        return contextlib.nullcontext(None)
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit="cand", file=sys.stderr, leave=False,
+                disable=not sys.stderr.isatty() and not os.environ.get("OPDISPATCH_PROGRESS"))
+
+
+@dataclass
+class _Measurements:
+    by_signature: dict[str, Measurement] = field(default_factory=dict)
+    measured: int = 0
+    reused: int = 0
+    skipped: list[str] = field(default_factory=list)
+
+
+def _measure_all(
+    registry: Registry,
+    cands: CandidateSet,
+    first: set[str],
+    store: PlanStore,
+    hw: str,
+    sw: str,
+    opts: TuneOptions,
+    deadline: float,
+) -> _Measurements:
+    out = _Measurements()
+    groups = cands.signatures()
+    order = sorted(groups, key=lambda sig: (
+        0 if any(c.id in first for c in groups[sig]) else 1,
+        -max(c.impl.priority for c in groups[sig]),
+    ))
+    with _progress(len(order), "measuring", opts.progress) as bar:
+        for sig in order:
+            cand = groups[sig][0]
+            if bar is not None:
+                bar.set_postfix_str(cand.impl.name[:40])
+            hit = store.get_measurement(sig, cand.impl.name, hw, sw)
+            if hit is not None:
+                out.by_signature[sig] = Measurement(hit.median_s, hit.spread_s, hit.samples, hit.error)
+                out.reused += 1
+            elif time.monotonic() > deadline and not any(c.id in first for c in groups[sig]):
+                out.skipped.append(sig)
+            else:
+                m = measure_candidate(
+                    registry, cand, seed=opts.seed, time_cap_s=opts.per_candidate_cap_s,
+                    ci_target=opts.ci_target,
+                )
+                store.put_measurement(sig, cand.impl.name, hw, sw, median_s=m.median_s,
+                                      spread_s=m.spread_s, samples=m.samples, error=m.error)
+                out.by_signature[sig] = m
+                out.measured += 1
+            if bar is not None:
+                bar.update(1)
+    return out
+
+
+def _conversion_costs(
+    registry: Registry,
+    graph: Graph,
+    cands: Sequence[Candidate],
+    store: PlanStore,
+    hw: str,
+    sw: str,
+    opts: TuneOptions,
+    deadline: float,
+) -> tuple[dict[tuple[str, str, str], float | None], int]:
+    """Measured cost of every conversion a plan could need: for each tensor, from each layout
+    a candidate can produce it in, to each layout a candidate wants it in."""
+    produced: dict[str, set[str]] = {v.name: {STANDARD} for v in graph.inputs}
+    wanted: dict[str, set[str]] = {v.name: {STANDARD} for v in graph.outputs}
+    for c in cands:
+        for v, lay in zip(c.node.inputs, c.layouts_in):
+            if v is not None and not v.is_const:
+                wanted.setdefault(v.name, set()).add(lay)
+        for v, lay in zip(c.node.outputs, c.layouts_out):
+            produced.setdefault(v.name, set()).add(lay)
+    costs: dict[tuple[str, str, str], float | None] = {}
+    by_shape: dict[tuple, float | None] = {}
+    measured = 0
+    for name, srcs in produced.items():
+        v = graph.value(name)
+        for src in srcs:
+            for dst in wanted.get(name, ()):
+                if src == dst:
+                    continue
+                key = (tuple(v.shape), np.dtype(v.dtype).str, src, dst)
+                if key not in by_shape:
+                    try:
+                        chain = registry.layouts.path(src, dst, v.shape, v.dtype)
+                    except OpDispatchError:
+                        by_shape[key] = None
+                    else:
+                        sig = f"convert:{src}->{dst}:{'x'.join(map(str, v.shape))}:{key[1]}"
+                        label = " > ".join(c.name for c in chain)
+                        hit = store.get_measurement(sig, label, hw, sw)
+                        if hit is None:
+                            cap = opts.per_candidate_cap_s if time.monotonic() < deadline else 0.02
+                            m = measure_conversion(registry, chain, v.shape, v.dtype, seed=opts.seed,
+                                                   time_cap_s=cap, ci_target=opts.ci_target)
+                            store.put_measurement(sig, label, hw, sw, median_s=m.median_s,
+                                                  spread_s=m.spread_s, samples=m.samples, error=m.error)
+                            measured += 1
+                            by_shape[key] = m.median_s if m.ok else None
+                        else:
+                            by_shape[key] = hit.median_s if hit.error is None else None
+                costs[(name, src, dst)] = by_shape[key]
+    return costs, measured
+
+
+# ------------------------------------------------------------------------------------------
+# optimisation stage
+# ------------------------------------------------------------------------------------------
+
+
+def _node_cost(c: Candidate, m: Measurement, objective: str) -> float:
+    if objective == "memory":
+        return float(sum(v.nbytes for v in c.node.outputs if v is not None))
+    return m.median_s
+
+
+def _problem(
+    graph: Graph,
+    usable: Sequence[tuple[Candidate, Measurement]],
+    conv_costs: Mapping[tuple[str, str, str], float | None],
+    objective: str,
+) -> Problem:
+    choices = []
+    for c, m in usable:
+        choices.append(Choice(
+            id=c.id,
+            nodes=c.nodes,
+            inputs=tuple((v.name, lay) for v, lay in zip(c.node.inputs, c.layouts_in) if v is not None and not v.is_const),
+            outputs=tuple((v.name, lay) for v, lay in zip(c.node.outputs, c.layouts_out)),
+            cost=_node_cost(c, m, objective),
+            priority=c.impl.priority,
+            noise=m.spread_s if objective == "latency" else 0.0,
+        ))
+
+    def conversion_cost(value: str, src: str, dst: str) -> float | None:
+        if src == dst:
+            return 0.0
+        cost = conv_costs.get((value, src, dst))
+        if cost is None:
+            return None
+        if objective == "memory":
+            v = graph.value(value)
+            return float(v.nbytes)
+        return cost
+
+    return Problem(
+        nodes=[n.name for n in graph.nodes],
+        choices=choices,
+        graph_inputs={v.name: STANDARD for v in graph.inputs},
+        graph_outputs={v.name: STANDARD for v in graph.outputs},
+        conversion_cost=conversion_cost,
+    )
+
+
+def _plan_from(
+    graph: Graph,
+    registry: Registry,
+    solution: Solution,
+    by_id: Mapping[str, tuple[Candidate, Measurement]],
+    alternatives: Mapping[str, list[tuple[Candidate, Measurement]]],
+    rejected: Mapping[str, list[Rejected]],
+    provenance: dict[str, Any],
+) -> Plan:
+    steps = []
+    for choice in _chosen(solution):
+        cand, m = by_id[choice.id]
+        losers = []
+        for node in cand.nodes:
+            for other, om in alternatives.get(node, []):
+                if other.id == cand.id:
+                    continue
+                if om.error:
+                    losers.append(Rejected(other.impl.name, other.impl.backend, om.error))
+                else:
+                    pct = 100.0 * (om.median_s - m.median_s) / m.median_s if m.median_s > 0 else 0.0
+                    losers.append(Rejected(other.impl.name, other.impl.backend,
+                                           f"lost: {om.median_s * 1e3:.4f} ms ({pct:+.0f}% vs winner), covers {'+'.join(other.nodes)}"))
+            losers += rejected.get(node, [])
+        steps.append(PlanStep(
+            nodes=list(cand.nodes), op=cand.impl.op, impl=cand.impl.name, backend=cand.impl.backend,
+            layouts_in=list(cand.layouts_in), layouts_out=list(cand.layouts_out),
+            why=f"tuned: measured {m.median_s * 1e3:.4f} ms (spread {m.spread_s * 1e3:.4f})",
+            rejected=_dedupe(losers), cost_ms=m.median_s * 1e3,
+        ))
+    steps = order_steps(graph, steps)
+    return Plan(graph=graph.name, steps=steps, conversions=plan_conversions(graph, registry, steps),
+                provenance=provenance)
+
+
+def _chosen(solution: Solution) -> list[Choice]:
+    chosen = solution.choices
+    if isinstance(chosen, Mapping):
+        seen, out = set(), []
+        for c in chosen.values():
+            if c.id not in seen:
+                seen.add(c.id)
+                out.append(c)
+        return out
+    return list(chosen)
+
+
+def _dedupe(rejected: Sequence[Rejected]) -> list[Rejected]:
+    seen, out = set(), []
+    for r in rejected:
+        if r.impl not in seen:
+            seen.add(r.impl)
+            out.append(r)
+    return out
+
+
+def _alternative_problems(problem: Problem, best: Solution, k: int) -> list[Problem]:
+    """Up to ``k`` problems that each forbid one decision of ``best``: the ones whose
+    runner-up on the same nodes is closest (the least certain decisions)."""
+    margins = []
+    for choice in _chosen(best):
+        rivals = [c.cost for c in problem.choices if c.id != choice.id and set(c.nodes) & set(choice.nodes)]
+        if rivals:
+            margins.append((min(rivals) - choice.cost, choice.id))
+    margins.sort()
+    out = []
+    for _, cid in margins[:k]:
+        out.append(Problem(
+            nodes=problem.nodes,
+            choices=[c for c in problem.choices if c.id != cid],
+            graph_inputs=problem.graph_inputs,
+            graph_outputs=problem.graph_outputs,
+            conversion_cost=problem.conversion_cost,
+        ))
+    return out
+
+
+# ------------------------------------------------------------------------------------------
+# validation stage
+# ------------------------------------------------------------------------------------------
+
+
+def _random_feeds(graph: Graph, seed: int) -> dict[str, np.ndarray]:
+    from tuner.measure import random_input
+
+    rng = np.random.default_rng(seed)
+    return {v.name: random_input(v, rng) for v in graph.inputs}
+
+
+def _validate(
+    graph: Graph,
+    registry: Registry,
+    pc: PlanCandidate,
+    feeds: Mapping[str, np.ndarray],
+    reference: Sequence[np.ndarray],
+    runs: int,
+) -> None:
+    try:
+        ex = Executor(graph, pc.plan, registry)
+        outs = ex.run(feeds)
+    except Exception as exc:
+        pc.error = f"failed: {type(exc).__name__}: {exc}"
+        return
+    wrong = check_outputs(outs, reference, [], tol=MODEL_TOLERANCE)
+    if wrong:
+        pc.error = f"wrong result: {wrong}"
+        return
+    times = []
+    for _ in range(max(1, runs)):
+        t0 = time.perf_counter()
+        ex.run(feeds)
+        times.append(time.perf_counter() - t0)
+    q1, med, q3 = np.percentile(times, [25, 50, 75])
+    pc.latency_ms, pc.spread_ms = float(med * 1e3), float((q3 - q1) * 1e3)
+    pc.peak_bytes = int(ex.memory.peak_bytes)
+
+
+def _winner(validated: Sequence[PlanCandidate], opts: TuneOptions) -> PlanCandidate:
+    ok = [pc for pc in validated if pc.error is None]
+    if opts.memory_cap_bytes is not None:
+        fits = [pc for pc in ok if pc.peak_bytes is not None and pc.peak_bytes <= opts.memory_cap_bytes]
+        if not fits:
+            peaks = ", ".join(f"{pc.label}: {pc.peak_bytes:,}" for pc in ok)
+            raise TuningError(
+                f"no validated plan fits the memory cap of {opts.memory_cap_bytes:,} bytes; peaks: {peaks}"
+            )
+        ok = fits
+    if not ok:
+        errors = "; ".join(f"{pc.label}: {pc.error}" for pc in validated)
+        raise TuningError(f"no plan passed validation: {errors}")
+    if opts.objective == "memory":
+        return min(ok, key=lambda pc: (pc.peak_bytes, pc.latency_ms))
+    return min(ok, key=lambda pc: pc.latency_ms)
+
+
+# ------------------------------------------------------------------------------------------
+# the tuner
+# ------------------------------------------------------------------------------------------
+
+
+def objective_key(opts: TuneOptions) -> str:
+    """The objective as it appears in plan keys, e.g. ``latency`` or ``latency@cap=1000000``."""
+    if opts.objective not in OBJECTIVES:
+        raise TuningError(f"unknown objective {opts.objective!r}; known: {', '.join(OBJECTIVES)}")
+    if opts.memory_cap_bytes is not None:
+        return f"{opts.objective}@cap={int(opts.memory_cap_bytes)}"
+    return opts.objective
+
+
+def plan_key(graph: Graph, registry: Registry, backends: Sequence[str], objective: str) -> PlanKey:
+    """The key a plan for ``graph`` is stored under on this machine with this software."""
+    return PlanKey(
+        model=model_fingerprint(graph),
+        inputs=input_signature(graph),
+        hardware=hardware_fingerprint(),
+        software=software_fingerprint(registry, backends),
+        objective=objective,
+    )
+
+
+def load_graph(model: ModelLike, registry: Registry, backends: Sequence[str],
+               input_shapes: Mapping[str, Sequence[int]] | None = None) -> Graph:
+    """Import and simplify a model exactly as a Session does."""
+    graph = import_model(model, input_shapes)
+    check_supported_ops(graph, registry, backends)
+    simplify(graph, registry)
+    return graph
+
+
+def tune(
+    model: ModelLike,
+    *,
+    store: PlanStore | str | os.PathLike | None = None,
+    options: TuneOptions | None = None,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    registry: Registry | None = None,
+    config: Config | None = None,
+    log: Callable[[str], None] | None = None,
+) -> TuneResult:
+    """Tune ``model`` on this machine and store the winning plan (see the module docstring)."""
+    t_start = time.monotonic()
+    opts = options or TuneOptions()
+    config = config or Config.load()
+    objective = objective_key(opts)
+    registry = registry or load_registry(config.plugin_path or None)
+    say = log or (lambda _msg: None)
+    backends = [b for b in (opts.backends or registry.available_backends()) if b in registry.available_backends()]
+    if opts.backends:
+        missing = [b for b in opts.backends if b not in registry.available_backends()]
+        if missing:
+            raise TuningError(
+                f"backends {missing} are not available; available: {registry.available_backends()}"
+            )
+    for status in registry.backends.values():
+        configure = getattr(status.backend, "configure", None)
+        if status.available and configure is not None:
+            configure(config)
+    if not isinstance(store, PlanStore):
+        store = PlanStore(store or config.store_path)
+    graph = load_graph(model, registry, backends, input_shapes)
+    key = plan_key(graph, registry, backends, objective)
+    hw, sw = hardware_digest(key.hardware), software_digest(key.software)
+    run_id = store.start_run(model_fp=key.model, budget_s=opts.budget_s, objective=objective)
+    deadline = t_start + opts.budget_s
+    try:
+        result = _tune(graph, registry, backends, store, key, hw, sw, opts, deadline, run_id, say)
+    except KeyboardInterrupt:
+        store.finish_run(run_id, "interrupted", {"elapsed_s": time.monotonic() - t_start})
+        raise
+    except Exception as exc:
+        store.finish_run(run_id, "failed", {"error": f"{type(exc).__name__}: {exc}"})
+        raise
+    result.stats["tuning_s"] = time.monotonic() - t_start
+    store.finish_run(run_id, "finished", result.stats)
+    return result
+
+
+def _tune(graph, registry, backends, store, key, hw, sw, opts, deadline, run_id, say) -> TuneResult:
+    untuned = heuristic_plan(graph, registry, backends)
+    first = {f"{s.impl}@{'+'.join(s.nodes)}" for s in untuned.steps}
+    cands = enumerate_candidates(graph, registry, backends)
+    say(f"{len(cands.candidates)} candidates, {len(cands.signatures())} distinct signatures")
+    ms = _measure_all(registry, cands, first, store, hw, sw, opts, deadline)
+    usable = [(c, ms.by_signature[c.signature]) for c in cands.candidates
+              if c.signature in ms.by_signature and ms.by_signature[c.signature].ok]
+    wrong = sum(1 for m in ms.by_signature.values() if not m.ok)
+    conv_costs, conv_measured = _conversion_costs(
+        registry, graph, [c for c, _ in usable], store, hw, sw, opts, deadline)
+    by_id = {c.id: (c, m) for c, m in usable}
+    alternatives: dict[str, list[tuple[Candidate, Measurement]]] = {}
+    for c in cands.candidates:
+        m = ms.by_signature.get(c.signature)
+        if m is None:
+            continue
+        for n in c.nodes:
+            alternatives.setdefault(n, []).append((c, m))
+    rejected = {n: list(r) for n, r in cands.rejected.items()}
+    for sig in ms.skipped:
+        for c in cands.signatures()[sig]:
+            rejected.setdefault(c.nodes[0], []).append(
+                Rejected(c.impl.name, c.impl.backend, "not measured: tuning budget spent"))
+
+    problem = _problem(graph, usable, conv_costs, opts.objective)
+    t0 = time.monotonic()
+    best = optimize(problem, time_limit_s=opts.optimize_time_limit_s)
+    opt_s = time.monotonic() - t0
+    provenance = {
+        "source": "tuned", "objective": key.objective, "plan_key": key.digest(),
+        "hardware": key.hardware, "software": key.software, "tuning_run": run_id,
+        "tuned_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "optimizer": {"method": best.method, "optimal": best.optimal, "predicted_s": best.total},
+    }
+    plans = [PlanCandidate("optimum", _plan_from(graph, registry, best, by_id, alternatives, rejected, dict(provenance)), best.total)]
+    for k, alt_problem in enumerate(_alternative_problems(problem, best, max(0, opts.top_k - 1))):
+        try:
+            alt = optimize(alt_problem, time_limit_s=opts.optimize_time_limit_s)
+        except OpDispatchError:
+            continue
+        plans.append(PlanCandidate(f"alternative {k + 1}", _plan_from(
+            graph, registry, alt, by_id, alternatives, rejected, dict(provenance, optimizer={
+                "method": alt.method, "optimal": alt.optimal, "predicted_s": alt.total})), alt.total))
+    plans.append(PlanCandidate("untuned (heuristic)", untuned, None))
+
+    reference_plan = heuristic_plan(graph, registry, ["numpy"], overrides=reference_overrides(graph, registry))
+    feeds = _random_feeds(graph, opts.seed)
+    reference = Executor(graph, reference_plan, registry).run(feeds)
+    for pc in plans:
+        _validate(graph, registry, pc, feeds, reference, opts.validate_runs)
+    win = _winner(plans, opts)
+    win.plan.provenance = dict(win.plan.provenance, validated=[
+        {"label": pc.label, "latency_ms": pc.latency_ms, "spread_ms": pc.spread_ms,
+         "peak_bytes": pc.peak_bytes, "error": pc.error,
+         "predicted_ms": None if pc.predicted_s is None else pc.predicted_s * 1e3}
+        for pc in plans
+    ], winner=win.label)
+    stats = {
+        "candidates": len(cands.candidates), "signatures": len(cands.signatures()),
+        "measured": ms.measured, "reused": ms.reused, "wrong": wrong,
+        "skipped_budget": len(ms.skipped), "conversions_measured": conv_measured,
+        "optimizer_method": best.method, "optimizer_optimal": bool(best.optimal), "optimizer_s": opt_s,
+    }
+    plan_id = store.put_plan(key, win.plan.to_json(), latency_ms=win.latency_ms,
+                             peak_bytes=win.peak_bytes, run_id=run_id,
+                             notes={"winner": win.label, "stats": stats})
+    return TuneResult(win.plan, key, plan_id, float(win.latency_ms), int(win.peak_bytes), plans, stats)
