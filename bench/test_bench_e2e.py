@@ -1,6 +1,8 @@
-"""End-to-end latency, side by side in one run: the default (untuned) native-first plan, the
-all-numpy plan and onnxruntime (plain InferenceSession, all graph optimisations, default threads) on
-the resnet50 and squeezenet architectures, batch 1, 224x224.
+"""End-to-end latency, side by side in one run: the tuned plan (tuned once per model at the
+start of the run into a temporary store, within the default 120 s budget), the default
+(untuned) native-first plan, the all-numpy plan and onnxruntime (plain InferenceSession, all
+graph optimisations, default threads) on the resnet50 and squeezenet architectures, batch 1,
+224x224.
 
 Groups are per model, so pytest-benchmark's table shows the three side by side; ratios and
 medians go to bench/README.md (see bench/report.py).
@@ -9,6 +11,8 @@ medians go to bench/README.md (see bench/report.py).
 from __future__ import annotations
 
 import os
+import tempfile
+import time
 
 import numpy as np
 import pytest
@@ -31,11 +35,37 @@ def _feeds(sess_inputs):
     return {i.name: rng.standard_normal(i.shape).astype(np.float32) for i in sess_inputs}
 
 
+def _tuned(name):
+    """Tune ``name`` once into a fresh temporary store (no measurement reused from earlier runs)."""
+    key = ("tuned", name)
+    if key not in _cache:
+        from tuner.tune import TuneOptions, tune
+
+        store = os.path.join(tempfile.mkdtemp(prefix="opdispatch-bench-"), "plans.sqlite")
+        t0 = time.monotonic()
+        result = tune(_model(name), store=store, options=TuneOptions(progress=False))
+        _cache[key] = (store, result, time.monotonic() - t0)
+    return _cache[key]
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_tuned_plan(benchmark, name):
+    """The tuned plan, run by a Session that takes it from the store (no tuning in the timing)."""
+    store, result, tune_s = _tuned(name)
+    benchmark.group = f"e2e-{name}"
+    sess = Session(_model(name), store=store)
+    assert sess.plan_source == "store", sess.plan_note
+    feeds = _feeds(sess.get_inputs())
+    benchmark.extra_info.update(plan=sess.plan.backends_used(), tune_s=round(tune_s, 1),
+                                validated={pc.label: pc.latency_ms for pc in result.validated})
+    benchmark.pedantic(sess.run, args=(None, feeds), warmup_rounds=2, rounds=15)
+
+
 @pytest.mark.parametrize("name", MODELS)
 def test_native_plan(benchmark, name):
     """The untuned default plan: native first, numpy for what native does not implement."""
     benchmark.group = f"e2e-{name}"
-    sess = Session(_model(name), backends=["native", "numpy"])
+    sess = Session(_model(name), backends=["native", "numpy"], store=False)
     feeds = _feeds(sess.get_inputs())
     benchmark.extra_info["plan"] = sess.plan.backends_used()
     benchmark.pedantic(sess.run, args=(None, feeds), warmup_rounds=2, rounds=15)
@@ -44,7 +74,7 @@ def test_native_plan(benchmark, name):
 @pytest.mark.parametrize("name", MODELS)
 def test_numpy_plan(benchmark, name):
     benchmark.group = f"e2e-{name}"
-    sess = Session(_model(name), backends=["numpy"])
+    sess = Session(_model(name), backends=["numpy"], store=False)
     feeds = _feeds(sess.get_inputs())
     benchmark.pedantic(sess.run, args=(None, feeds), warmup_rounds=2, rounds=15)
 

@@ -5,6 +5,10 @@ write into them)."""
 from __future__ import annotations
 
 import os
+
+# before anything loads numpy: OpenBLAS threads must not spin between calls (see
+# dispatch.BLAS_SPIN_ENV; mixed numpy/native plans and their measurements depend on it)
+os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 import tempfile
 
 

@@ -495,7 +495,12 @@ def tune(
     objective = objective_key(opts)
     registry = registry or load_registry(config.plugin_path or None)
     say = log or (lambda _msg: None)
-    backends = [b for b in (opts.backends or registry.available_backends()) if b in registry.available_backends()]
+    available = registry.available_backends()
+    if opts.backends:
+        backends = [b for b in opts.backends if b in available]
+    else:  # the configured order first (it orders the untuned baseline plan), then the rest
+        backends = [b for b in config.backend_order if b in available]
+        backends += [b for b in available if b not in backends]
     if opts.backends:
         missing = [b for b in opts.backends if b not in registry.available_backends()]
         if missing:
