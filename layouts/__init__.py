@@ -8,6 +8,7 @@ chain by shortest path over the registered converters.
 
 from __future__ import annotations
 
+import dispatch  # noqa: F401  (first: it sets the OpenBLAS thread default before numpy loads)
 from layouts.registry import Converter, Layout, LayoutRegistry, bytes_moved
 from layouts.standard import STANDARD, standard_layout
 

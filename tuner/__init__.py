@@ -1,2 +1,6 @@
 """The warm-up tuner: candidates, measurements, conversion-aware optimisation, validation and
-the SQLite plan store. (Built in a later issue; the package exists so the layout is fixed.)"""
+the SQLite plan store."""
+
+from __future__ import annotations
+
+import dispatch  # noqa: F401  (first: it sets the OpenBLAS thread default before numpy loads)

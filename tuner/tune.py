@@ -90,6 +90,7 @@ class TuneOptions:
     top_k: int = 3
     backends: Sequence[str] | None = None
     validate_runs: int = 10
+    validate_cap_s: float = 5.0
     per_candidate_cap_s: float = 0.5
     ci_target: float = 0.05
     seed: int = 0
@@ -312,15 +313,15 @@ def _problem(
 def _plan_from(
     graph: Graph,
     registry: Registry,
-    solution: Solution,
+    chosen_ids: Sequence[str],
     by_id: Mapping[str, tuple[Candidate, Measurement]],
     alternatives: Mapping[str, list[tuple[Candidate, Measurement]]],
     rejected: Mapping[str, list[Rejected]],
     provenance: dict[str, Any],
 ) -> Plan:
     steps = []
-    for choice in _chosen(solution):
-        cand, m = by_id[choice.id]
+    for cid in chosen_ids:
+        cand, m = by_id[cid]
         losers = []
         for node in cand.nodes:
             for other, om in alternatives.get(node, []):
@@ -342,6 +343,10 @@ def _plan_from(
     steps = order_steps(graph, steps)
     return Plan(graph=graph.name, steps=steps, conversions=plan_conversions(graph, registry, steps),
                 provenance=provenance)
+
+
+def _ids(solution: Solution) -> list[str]:
+    return [c.id for c in _chosen(solution)]
 
 
 def _chosen(solution: Solution) -> list[Choice]:
@@ -401,29 +406,65 @@ def _random_feeds(graph: Graph, seed: int) -> dict[str, np.ndarray]:
 def _validate(
     graph: Graph,
     registry: Registry,
-    pc: PlanCandidate,
+    plans: Sequence[PlanCandidate],
     feeds: Mapping[str, np.ndarray],
     reference: Sequence[np.ndarray],
     runs: int,
+    time_cap_s: float,
 ) -> None:
-    try:
-        ex = Executor(graph, pc.plan, registry)
-        outs = ex.run(feeds)
-    except Exception as exc:
-        pc.error = f"failed: {type(exc).__name__}: {exc}"
+    """Run every plan end to end: its outputs must match the reference plan's; then time the
+    valid ones interleaved, one run of each per round, so that machine noise (another process,
+    a frequency change) hits them alike instead of favouring whichever ran in a quiet moment.
+    At least ``runs`` rounds (fewer only past ``time_cap_s``), then rounds until the 95%
+    confidence intervals of the medians stop overlapping or the cap is spent."""
+    ready: list[tuple[PlanCandidate, Executor]] = []
+    for pc in plans:
+        try:
+            ex = Executor(graph, pc.plan, registry)
+            outs = ex.run(feeds)
+            ex.run(feeds)  # warm-up
+        except Exception as exc:
+            pc.error = f"failed: {type(exc).__name__}: {exc}"
+            continue
+        wrong = check_outputs(outs, reference, [], tol=MODEL_TOLERANCE)
+        if wrong:
+            pc.error = f"wrong result: {wrong}"
+            continue
+        pc.peak_bytes = int(ex.memory.peak_bytes)
+        ready.append((pc, ex))
+    if not ready:
         return
-    wrong = check_outputs(outs, reference, [], tol=MODEL_TOLERANCE)
-    if wrong:
-        pc.error = f"wrong result: {wrong}"
-        return
-    times = []
-    for _ in range(max(1, runs)):
-        t0 = time.perf_counter()
-        ex.run(feeds)
-        times.append(time.perf_counter() - t0)
-    q1, med, q3 = np.percentile(times, [25, 50, 75])
-    pc.latency_ms, pc.spread_ms = float(med * 1e3), float((q3 - q1) * 1e3)
-    pc.peak_bytes = int(ex.memory.peak_bytes)
+    times: list[list[float]] = [[] for _ in ready]
+    start = time.monotonic()
+    rounds = 0
+    while True:
+        for k, (_, ex) in enumerate(ready):
+            t0 = time.perf_counter()
+            ex.run(feeds)
+            times[k].append(time.perf_counter() - t0)
+        rounds += 1
+        spent = time.monotonic() - start
+        if rounds >= 3 * max(1, runs) or (spent > time_cap_s and rounds >= 3):
+            break
+        if rounds >= max(1, runs) and (spent > time_cap_s or _separated(times)):
+            break
+    for (pc, _), t in zip(ready, times):
+        q1, med, q3 = np.percentile(t, [25, 50, 75])
+        pc.latency_ms, pc.spread_ms = float(med * 1e3), float((q3 - q1) * 1e3)
+
+
+def _separated(times: Sequence[Sequence[float]]) -> bool:
+    """Whether the fastest plan's median is clear of every other's (95% notches, McGill et
+    al.: median +- 1.57 IQR / sqrt(n)) -- more rounds would not change the winner."""
+    if len(times) < 2:
+        return True
+    notches = []
+    for t in times:
+        q1, med, q3 = np.percentile(t, [25, 50, 75])
+        half = 1.57 * (q3 - q1) / np.sqrt(len(t))
+        notches.append((med - half, med, med + half))
+    best = min(range(len(notches)), key=lambda k: notches[k][1])
+    return all(notches[best][2] < n[0] for k, n in enumerate(notches) if k != best)
 
 
 def _winner(validated: Sequence[PlanCandidate], opts: TuneOptions) -> PlanCandidate:
@@ -566,22 +607,27 @@ def _tune(graph, registry, backends, store, key, hw, sw, opts, deadline, run_id,
         "tuned_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "optimizer": {"method": best.method, "optimal": best.optimal, "predicted_s": best.total},
     }
-    plans = [PlanCandidate("optimum", _plan_from(graph, registry, best, by_id, alternatives, rejected, dict(provenance)), best.total)]
+    plans = [PlanCandidate("optimum", _plan_from(graph, registry, _ids(best), by_id, alternatives, rejected, dict(provenance)), best.total)]
     for k, alt_problem in enumerate(_alternative_problems(problem, best, max(0, opts.top_k - 1))):
         try:
             alt = optimize(alt_problem, time_limit_s=opts.optimize_time_limit_s)
         except OpDispatchError:
             continue
         plans.append(PlanCandidate(f"alternative {k + 1}", _plan_from(
-            graph, registry, alt, by_id, alternatives, rejected, dict(provenance, optimizer={
+            graph, registry, _ids(alt), by_id, alternatives, rejected, dict(provenance, optimizer={
                 "method": alt.method, "optimal": alt.optimal, "predicted_s": alt.total})), alt.total))
+    # the untuned plan competes too, annotated with the same measurements as the others
+    untuned_ids = [f"{s.impl}@{'+'.join(s.nodes)}" for s in untuned.steps]
+    if all(i in by_id for i in untuned_ids):
+        untuned = _plan_from(graph, registry, untuned_ids, by_id, alternatives, rejected,
+                             dict(provenance, optimizer=None, baseline=untuned.provenance))
     plans.append(PlanCandidate("untuned (heuristic)", untuned, None))
 
     reference_plan = heuristic_plan(graph, registry, ["numpy"], overrides=reference_overrides(graph, registry))
     feeds = _random_feeds(graph, opts.seed)
     reference = Executor(graph, reference_plan, registry).run(feeds)
-    for pc in plans:
-        _validate(graph, registry, pc, feeds, reference, opts.validate_runs)
+    _validate(graph, registry, plans, feeds, reference, opts.validate_runs,
+              max(opts.validate_cap_s, deadline - time.monotonic()))
     win = _winner(plans, opts)
     win.plan.provenance = dict(win.plan.provenance, validated=[
         {"label": pc.label, "latency_ms": pc.latency_ms, "spread_ms": pc.spread_ms,

@@ -1,0 +1,88 @@
+"""Re-tuning stability (issue 4, item 6): tune the same model several times on this machine,
+each time into a fresh store (nothing reused), then time every resulting plan side by side,
+interleaved round by round so that machine noise hits them alike.
+
+    python bench/retune_stability.py resnet50 squeezenet --tunes 5 --rounds 30
+
+Prints a markdown table per model: for each tuning run, whether its plan equals the first
+run's, its median latency and its ratio to the first plan's median; then how often the same
+plan was chosen and the largest deviation from the first plan.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+
+os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")  # before numpy (see dispatch.BLAS_SPIN_ENV)
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import numpy as np
+import pandas as pd
+
+from dispatch import Session
+from dispatch.zoo import light_model
+from tuner.tune import TuneOptions, tune
+
+
+def plan_signature(plan) -> tuple:
+    """What makes two plans the same: every step's nodes, implementation and layouts."""
+    return tuple((tuple(s.nodes), s.impl, tuple(s.layouts_in), tuple(s.layouts_out)) for s in plan.steps)
+
+
+def stability(name: str, tunes: int, rounds: int, budget_s: float) -> str:
+    model = light_model(name, seed=0)
+    runs = []
+    for k in range(tunes):
+        store = os.path.join(tempfile.mkdtemp(prefix="opdispatch-retune-"), "plans.sqlite")
+        t0 = time.monotonic()
+        result = tune(model, store=store, options=TuneOptions(budget_s=budget_s, progress=False, seed=k))
+        runs.append({"run": k + 1, "store": store, "tune_s": time.monotonic() - t0,
+                     "signature": plan_signature(result.plan), "winner": result.plan.provenance.get("winner")})
+        print(f"{name}: tuning run {k + 1}/{tunes} took {runs[-1]['tune_s']:.1f} s", file=sys.stderr)
+    sessions = [Session(model, store=r["store"]) for r in runs]
+    assert all(s.plan_source == "store" for s in sessions)
+    x = np.random.default_rng(0).standard_normal(sessions[0].get_inputs()[0].shape).astype(np.float32)
+    feeds = {sessions[0].get_inputs()[0].name: x}
+    for s in sessions:
+        for _ in range(3):
+            s.run(None, feeds)
+    times: list[list[float]] = [[] for _ in sessions]
+    for _ in range(rounds):
+        for k, s in enumerate(sessions):
+            t0 = time.perf_counter()
+            s.run(None, feeds)
+            times[k].append(time.perf_counter() - t0)
+    medians = [float(np.median(t)) * 1e3 for t in times]
+    first = runs[0]["signature"]
+    table = pd.DataFrame([{
+        "tuning run": r["run"],
+        "same plan as run 1": r["signature"] == first,
+        "winner": r["winner"],
+        "tuning s": round(r["tune_s"], 1),
+        "median ms": round(m, 2),
+        "ratio to run 1": round(m / medians[0], 3),
+    } for r, m in zip(runs, medians)])
+    same = sum(r["signature"] == first for r in runs)
+    worst = max(abs(m / medians[0] - 1) for m in medians)
+    return (f"#### {name}\n\n{table.to_markdown(index=False)}\n\n"
+            f"same plan as run 1: {same}/{len(runs)}; largest deviation from run 1's latency: "
+            f"{100 * worst:.1f}% ({rounds} interleaved rounds)\n")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("models", nargs="+")
+    ap.add_argument("--tunes", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=30)
+    ap.add_argument("--budget", type=float, default=120.0)
+    args = ap.parse_args()
+    for name in args.models:
+        print(stability(name, args.tunes, args.rounds, args.budget))
+
+
+if __name__ == "__main__":
+    main()
