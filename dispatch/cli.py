@@ -1,7 +1,8 @@
 """The ``opdispatch`` command line.
 
-User errors (bad files, unknown names, unsupported models) print one clear message and exit
-with status 2, without a traceback; internal failures keep their traceback.
+User errors (bad files, unknown names, unsupported models, ``run --require-plan`` without a
+stored plan) print one clear message and exit with status 2, without a traceback; internal
+failures keep their traceback. The ``plans`` commands live in :mod:`dispatch.cli_plans`.
 """
 
 from __future__ import annotations
@@ -110,9 +111,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     given = dict(_parse_input(s) for s in args.input or [])
     backends = [b.strip() for b in args.backends.split(",")] if args.backends else None
     t0 = time.perf_counter()
+    if args.untuned and args.require_plan:
+        raise UsageError("--untuned and --require-plan exclude each other: --untuned ignores "
+                         "stored plans, --require-plan insists on one")
     store = False if args.untuned else args.store
     sess = Session(args.model, backends=backends, input_shapes=shapes or None, store=store,
-                   objective=args.objective)
+                   objective=args.objective, require_plan=args.require_plan)
     load_s = time.perf_counter() - t0
     rng = np.random.default_rng(args.seed)
     feeds = {}
@@ -185,6 +189,7 @@ def cmd_example(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from dispatch.cli_plans import add_parser as add_plans_parser
     from dispatch.zoo import LIGHT_MODELS
 
     p = argparse.ArgumentParser(prog="opdispatch", description="Tuning-driven operator dispatcher for ONNX models.")
@@ -209,6 +214,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--store", default=None, help="plan store to take a tuned plan from (default: configured)")
     r.add_argument("--objective", default="latency", help="objective of the stored plan to use")
     r.add_argument("--untuned", action="store_true", help="ignore stored plans; run the heuristic plan")
+    r.add_argument("--require-plan", action="store_true",
+                   help="fail (exit 2) unless the store holds a plan tuned for this model on this "
+                        "machine and software, saying why none matched")
     r.set_defaults(fn=cmd_run)
 
     t = sub.add_parser("tune", help="tune a model on this machine and store the plan")
@@ -225,6 +233,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
     t.set_defaults(fn=cmd_tune)
 
+    add_plans_parser(sub)
+
     e = sub.add_parser("example", help="write an example model (onnx's light architectures, random weights)")
     e.add_argument("name", choices=LIGHT_MODELS)
     e.add_argument("-o", "--output", help="output path (default NAME.onnx)")
@@ -239,7 +249,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.fn(args) or 0)
     except OpDispatchError as exc:
-        print(f"opdispatch {args.command}: error: {exc}", file=sys.stderr)
+        command = " ".join(c for c in (args.command, getattr(args, "plans_command", None)) if c)
+        print(f"opdispatch {command}: error: {exc}", file=sys.stderr)
         return EXIT_USER_ERROR
     except KeyboardInterrupt:
         print("opdispatch: interrupted", file=sys.stderr)

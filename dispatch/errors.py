@@ -7,7 +7,7 @@ non-zero exit code, without a traceback.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 
 class OpDispatchError(Exception):
@@ -48,6 +48,29 @@ class KernelError(OpDispatchError):
 
 class ConfigError(OpDispatchError):
     """A configuration value could not be parsed."""
+
+
+class ArgumentError(OpDispatchError, ValueError):
+    """An argument has a value of the wrong kind, or arguments were combined that exclude
+    each other (e.g. ``Session(plan=..., tune="first-run")``)."""
+
+
+class PlanNotFoundError(OpDispatchError):
+    """A tuned plan was required (``Session(require_plan=True)``, ``--require-plan``) and the
+    plan store holds none for this model, input shapes, machine, software and objective.
+
+    Attributes:
+        store_path: the plan store that was searched (``None`` when there was none).
+        reasons: why no stored plan matched, one line each (``"plan 3 (latency, stored ...):
+            native: build 1a2b -> build 3c4d"``, ``"this model was never tuned here"``).
+    """
+
+    def __init__(
+        self, message: str, *, store_path: str | None = None, reasons: Sequence[str] = ()
+    ) -> None:
+        super().__init__(message)
+        self.store_path = store_path
+        self.reasons = list(reasons)
 
 
 def known(items: Iterable[str], limit: int = 60) -> str:

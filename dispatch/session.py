@@ -1,25 +1,46 @@
-"""The user's entry point, shaped like onnxruntime's ``InferenceSession``."""
+"""The user's entry point, shaped like onnxruntime's ``InferenceSession``.
+
+A Session takes its plan, in this order, from ``plan=`` (given), the plan store (a plan tuned
+on this machine with this software for this model, input shapes and objective: no measurement
+at all), or the untuned heuristic plan. Production processes can insist on a stored plan
+(``require_plan=True``: a miss raises :class:`~dispatch.errors.PlanNotFoundError` naming the
+store and the reason), or tune once when there is none (``tune="first-run"``); a warm-up script
+can tune explicitly with :meth:`Session.tune`.
+"""
 
 from __future__ import annotations
 
 import os
+import threading
 import time
+import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from onnx import helper
 
 from dispatch.backend import load_registry
 from dispatch.config import Config
-from dispatch.errors import FeedError, PlanError
+from dispatch.errors import ArgumentError, FeedError, OpDispatchError, PlanError, PlanNotFoundError
 from dispatch.executor import Executor
 from dispatch.graph import Graph
 from dispatch.onnx_import import ModelLike, import_model
 from dispatch.passes import simplify
 from dispatch.plan import Plan, check_supported_ops, heuristic_plan
 from dispatch.registry import Registry
+
+if TYPE_CHECKING:
+    from tuner.fingerprint import PlanKey
+    from tuner.store import PlanStore
+    from tuner.tune import TuneOptions, TuneResult
+
+#: The values ``Session(tune=...)`` accepts.
+TUNE_MODES = (None, "first-run")
+#: ``TuneOptions`` fields a Session sets itself (from its objective and backends).
+_SESSION_TUNE_FIELDS = ("objective", "memory_cap_bytes", "backends", "budget_s")
 
 
 @dataclass(frozen=True)
@@ -37,6 +58,34 @@ def _type_string(dtype: np.dtype) -> str:
     return f"tensor({helper.tensor_dtype_to_string(elem).split('.')[-1].lower()})"
 
 
+def parse_objective(objective: str) -> tuple[str, int | None]:
+    """Split an objective as it appears in plan keys into ``(objective, memory_cap_bytes)``:
+    ``"latency"`` -> ``("latency", None)``, ``"latency@cap=1000000"`` -> ``("latency", 1000000)``."""
+    from tuner.tune import OBJECTIVES
+
+    if not isinstance(objective, str):
+        raise ArgumentError(f"objective must be a string, received {type(objective).__name__}")
+    name, sep, rest = objective.partition("@")
+    cap: int | None = None
+    if sep:
+        text = rest[len("cap="):] if rest.startswith("cap=") else ""
+        try:
+            cap = int(text)
+        except ValueError:
+            cap = None
+        if cap is None or cap <= 0:
+            raise ArgumentError(
+                f"objective {objective!r}: expected NAME or NAME@cap=BYTES with a positive "
+                f"integer BYTES, e.g. latency@cap=100000000"
+            )
+    if name not in OBJECTIVES:
+        raise ArgumentError(
+            f"unknown objective {objective!r}; known: {', '.join(OBJECTIVES)} "
+            f"(optionally @cap=BYTES)"
+        )
+    return name, cap
+
+
 class Session:
     """Load an ONNX model, plan it over the available backends, and run it.
 
@@ -49,15 +98,35 @@ class Session:
         overrides: node name -> implementation name, forced in the heuristic plan.
         config: a :class:`Config`; default ``Config.load()``.
         registry: the registry to use; default every discovered backend.
-        store: the plan store to look the model up in: a path or a ``tuner.store.PlanStore``;
-            ``None`` uses the configured store when it exists; ``False`` never reads one.
+        store: the plan store to look the model up in (and to tune into): a path or a
+            ``tuner.store.PlanStore``; ``None`` uses the configured store (``store_path``),
+            reading it only when it exists; ``False`` never reads nor writes one.
         objective: the tuning objective whose stored plan to use (``latency``, ``memory``,
             ``latency@cap=BYTES``).
+        tune: ``None`` (default) never tunes; ``"first-run"``: when the store has no plan, the
+            first :meth:`run` tunes the model within ``tune_budget_s``, stores the plan and
+            switches the session to it (see :meth:`run`).
+        require_plan: raise :class:`~dispatch.errors.PlanNotFoundError` when the store has no
+            usable plan, instead of running the untuned one; the message names the store and
+            why no plan matched (e.g. ``native: build 1a2b -> 3c4d``, or "never tuned here").
+        tune_budget_s: the tuning budget in seconds (default ``config.tune_budget_s``).
+        tune_options: a ``tuner.tune.TuneOptions`` whose settings (``top_k``,
+            ``validate_runs``, ``per_candidate_cap_s``, ...) tuning from this session uses;
+            the objective and backends always come from the session.
 
     Without ``plan`` or ``overrides``, a plan tuned on this machine with this software for this
-    model structure, input shapes and objective is taken from the store; otherwise the untuned
-    heuristic plan runs, and :attr:`plan_note` says why (no store, no plan for this model,
-    or which part of the key changed, e.g. ``native: build 1a2b -> 3c4d``).
+    model structure, input shapes and objective is taken from the store, and nothing is
+    measured; otherwise the untuned heuristic plan runs, and :attr:`plan_note` says why (no
+    store, no plan for this model, or which part of the key changed).
+
+    Attributes:
+        plan_source: ``"store"``, ``"heuristic"``, ``"given"``, or ``"tuned"`` (by this
+            session: :meth:`tune` or ``tune="first-run"``).
+        plan_note: where the plan came from, or why no stored plan was used.
+        store_path: the plan store looked up and tuned into (``None`` with ``store=False``).
+        plan_key: the key the session's plan is looked up and stored under (``None`` when no
+            store was consulted).
+        tune_result: the ``TuneResult`` of the last tuning by this session, else ``None``.
     """
 
     def __init__(
@@ -72,8 +141,14 @@ class Session:
         registry: Registry | None = None,
         store: Any = None,
         objective: str = "latency",
+        tune: str | None = None,
+        require_plan: bool = False,
+        tune_budget_s: float | None = None,
+        tune_options: TuneOptions | None = None,
     ) -> None:
         t0 = time.perf_counter()
+        self._check_tuning_arguments(plan, overrides, store, tune, require_plan, tune_budget_s,
+                                     tune_options)
         self.config = config or Config.load()
         self.registry = registry or load_registry(self.config.plugin_path or None)
         order = list(backends) if backends is not None else list(self.config.backend_order)
@@ -88,56 +163,265 @@ class Session:
         self.backend_order = order
         self._configure_backends()
         self.graph: Graph = import_model(model, input_shapes)
-        check_supported_ops(self.graph, self.registry, [b for b in order if b in self.registry.available_backends()])
+        check_supported_ops(self.graph, self.registry, self._allowed_backends())
         self.simplify_stats = simplify(self.graph, self.registry)
+        # kept to tune later: the model as given (a path is re-read by the tuner)
+        self._model = model
+        self._input_shapes = {k: list(v) for k, v in input_shapes.items()} if input_shapes else None
+        self._store = store
+        self._tune_budget_s = tune_budget_s
+        self._tune_options = tune_options
+        self._tune_lock = threading.Lock()
+        self._tune_on_first_run = False
+        self.objective = objective
+        self.require_plan = bool(require_plan)
+        self.tune_mode = tune
+        self.store_path: str | None = None if store is False else self._resolve_store_path(store)
+        self.plan_key: PlanKey | None = None
+        self.tune_result: TuneResult | None = None
         self.plan_source = "given"
         self.plan_note = ""
+        self._miss_reasons: list[str] = []
         self._executor: Executor | None = None
         if plan is not None:
             self._plan = Plan.from_json(plan) if isinstance(plan, str) else plan
         else:
             stored = None
             if not overrides and store is not False:
-                stored = self._stored_plan(store, order, objective)
+                stored = self._stored_plan(store, objective)
             if stored is None:
+                if self.require_plan:
+                    raise self._plan_not_found()
                 self._plan = heuristic_plan(self.graph, self.registry, order, overrides=overrides)
                 self.plan_source = "heuristic"
+                if tune == "first-run":
+                    self._tune_on_first_run = True
+                    self.plan_note += "; the first run tunes it"
         if self._executor is None:
             self._executor = Executor(self.graph, self._plan, self.registry)
         self.load_seconds = time.perf_counter() - t0
 
-    def _stored_plan(self, store: Any, order: Sequence[str], objective: str) -> Plan | None:
+    @staticmethod
+    def _check_tuning_arguments(
+        plan: Any, overrides: Any, store: Any, tune: Any, require_plan: Any,
+        tune_budget_s: Any, tune_options: Any,
+    ) -> None:
+        if tune not in TUNE_MODES:
+            raise ArgumentError(
+                f"tune must be one of {', '.join(map(repr, TUNE_MODES))}, received {tune!r}"
+            )
+        if tune is not None and require_plan:
+            raise ArgumentError(
+                f"tune={tune!r} and require_plan=True exclude each other: require_plan raises "
+                f"on a store miss, tune={tune!r} tunes on one"
+            )
+        wants = [w for w, on in (("tune='first-run'", tune is not None),
+                                 ("require_plan=True", bool(require_plan))) if on]
+        if wants and (plan is not None or overrides):
+            given = "plan=" if plan is not None else "overrides="
+            raise ArgumentError(
+                f"{' and '.join(wants)} cannot be combined with {given}: they concern stored "
+                f"plans, and {given} replaces the stored plan"
+            )
+        if wants and store is False:
+            raise ArgumentError(
+                f"{' and '.join(wants)} needs a plan store, received store=False; pass "
+                f"store=PATH (or None for the configured store)"
+            )
+        if tune_budget_s is not None and (
+            isinstance(tune_budget_s, bool) or not isinstance(tune_budget_s, int | float)
+            or tune_budget_s <= 0
+        ):
+            raise ArgumentError(
+                f"tune_budget_s must be a positive number of seconds, received {tune_budget_s!r}"
+            )
+        if tune_options is not None:
+            from tuner.tune import TuneOptions
+
+            if not isinstance(tune_options, TuneOptions):
+                raise ArgumentError(
+                    f"tune_options must be a tuner.tune.TuneOptions, received "
+                    f"{type(tune_options).__name__}"
+                )
+
+    def _allowed_backends(self) -> list[str]:
+        available = self.registry.available_backends()
+        return [b for b in self.backend_order if b in available]
+
+    def _resolve_store_path(self, store: Any) -> str:
+        from tuner.store import PlanStore
+
+        if isinstance(store, PlanStore):
+            return str(store.path)
+        if store is None:
+            return str(Path(self.config.store_path).expanduser())
+        if isinstance(store, str | os.PathLike):
+            return str(Path(os.fspath(store)).expanduser())
+        raise ArgumentError(
+            f"store must be a path, a tuner.store.PlanStore, None or False, received "
+            f"{type(store).__name__}"
+        )
+
+    def _stored_plan(self, store: Any, objective: str) -> Plan | None:
         """The stored plan for this model, built into an executor, or None (with the reason
-        in :attr:`plan_note`)."""
+        in :attr:`plan_note` and :attr:`_miss_reasons`)."""
         from tuner.store import PlanStore
         from tuner.tune import plan_key
 
-        if store is None:
-            path = self.config.store_path
-            if not path or not os.path.exists(path):
-                self.plan_note = f"no plan store at {path}: running the untuned plan"
-                return None
-            store = path
+        path = self.store_path
+        if not isinstance(store, PlanStore) and not (path and os.path.exists(path)):
+            self.plan_note = f"no plan store at {path}: running the untuned plan"
+            self._miss_reasons = ["no plan store exists there"]
+            return None
+        opened: PlanStore | None = None
         try:
-            plans = store if isinstance(store, PlanStore) else PlanStore(store, readonly=True)
-            allowed = [b for b in order if b in self.registry.available_backends()]
-            key = plan_key(self.graph, self.registry, allowed, objective)
+            if isinstance(store, PlanStore):
+                plans = store
+            else:
+                plans = opened = PlanStore(path, readonly=True)
+            key = plan_key(self.graph, self.registry, self._allowed_backends(), objective)
+            self.plan_key = key
             found = plans.get_plan(key)
             if found is None:
-                reasons = plans.why_not(key)
-                self.plan_note = "no stored plan for this key: " + ("; ".join(reasons) if reasons else
-                                                                   "this model was never tuned here")
+                reasons = plans.why_not(key) or ["this model was never tuned here"]
+                self.plan_note = "no stored plan for this key: " + "; ".join(reasons)
+                self._miss_reasons = reasons
                 return None
             plan = found.plan()
             self._executor = Executor(self.graph, plan, self.registry)
         except Exception as exc:  # a broken store or plan must never stop the model from running
-            self.plan_note = f"stored plan not used: {type(exc).__name__}: {exc}"
+            reason = f"{type(exc).__name__}: {exc}"
+            self.plan_note = f"stored plan not used: {reason}"
+            self._miss_reasons = [reason]
             self._executor = None
             return None
+        finally:
+            if opened is not None:
+                opened.close()
         self._plan = plan
         self.plan_source = "store"
-        self.plan_note = f"plan {key.digest()[:16]} from the store (tuned {found.created_at})"
+        self.plan_note = (f"plan {found.id} ({key.digest()[:16]}) from the store {path} "
+                          f"(tuned {found.created_at})")
         return plan
+
+    def _plan_not_found(self) -> PlanNotFoundError:
+        reasons = [" ".join(r.split()) for r in self._miss_reasons] or ["no plan matched"]
+        return PlanNotFoundError(
+            f"no usable tuned plan for model {self.graph.name!r} (objective {self.objective}) "
+            f"in the plan store {self.store_path}: {'; '.join(reasons)}; tune it on this "
+            f"machine first (opdispatch tune MODEL --store PATH, or Session(..., "
+            f"tune='first-run'))",
+            store_path=self.store_path, reasons=reasons,
+        )
+
+    # -- tuning --------------------------------------------------------------------------
+    def tune(self, budget_s: float | None = None, **options: Any) -> TuneResult:
+        """Tune this session's model on this machine, store the plan in the session's store
+        and switch the session to it; returns the ``tuner.tune.TuneResult``.
+
+        Args:
+            budget_s: bound on the whole tuning run in seconds (default: the session's
+                ``tune_budget_s``, else ``tune_options.budget_s`` when given, else
+                ``config.tune_budget_s``).
+            **options: other ``tuner.tune.TuneOptions`` fields (``top_k``, ``validate_runs``,
+                ``per_candidate_cap_s``, ``seed``, ``progress``, ...). The objective and the
+                backends are the session's.
+
+        The tuner measures and validates on random inputs of the session's (static) input
+        shapes: ``tuner.tune.tune`` takes no feeds.
+        """
+        result, executor = self._run_tuner(budget_s, options)
+        self._switch_to(result, executor,
+                        f"plan {result.plan_id} ({result.key.digest()[:16]}) tuned by "
+                        f"Session.tune and stored in {self.store_path}")
+        return result
+
+    def _tune_settings(self, budget_s: float | None, options: Mapping[str, Any]) -> TuneOptions:
+        from tuner.tune import TuneOptions
+
+        known = {f.name for f in fields(TuneOptions)} - set(_SESSION_TUNE_FIELDS)
+        fixed = sorted(set(options) & set(_SESSION_TUNE_FIELDS))
+        if fixed:
+            raise ArgumentError(
+                f"Session.tune: {', '.join(fixed)} come(s) from the session (objective "
+                f"{self.objective!r}, backends {self._allowed_backends()}) or the budget_s "
+                f"argument; create a Session with another objective or backends instead"
+            )
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise ArgumentError(
+                f"Session.tune: unknown option(s) {unknown}; known: {', '.join(sorted(known))}"
+            )
+        if budget_s is not None and (isinstance(budget_s, bool)
+                                     or not isinstance(budget_s, int | float) or budget_s <= 0):
+            raise ArgumentError(
+                f"Session.tune: budget_s must be a positive number of seconds, received {budget_s!r}"
+            )
+        base = self._tune_options or TuneOptions(
+            budget_s=self.config.tune_budget_s, top_k=self.config.tune_top_k, progress=False)
+        budget = budget_s if budget_s is not None else self._tune_budget_s
+        objective, cap = parse_objective(self.objective)
+        return replace(base, **options, budget_s=float(budget if budget is not None else base.budget_s),
+                       objective=objective, memory_cap_bytes=cap,
+                       backends=self._allowed_backends())
+
+    def _run_tuner(
+        self, budget_s: float | None, options: Mapping[str, Any],
+    ) -> tuple[TuneResult, Executor]:
+        from tuner.store import PlanStore
+        from tuner.tune import tune
+
+        opts = self._tune_settings(budget_s, options)
+        if self._store is False or self.store_path is None:
+            raise ArgumentError(
+                "Session.tune: this session was created with store=False, so there is no plan "
+                "store to tune into; create it with store=PATH (or None for the configured store)"
+            )
+        store = self._store
+        opened: PlanStore | None = None
+        if not isinstance(store, PlanStore) or store.readonly:
+            store = opened = PlanStore(self.store_path)
+        try:
+            result = tune(self._model, store=store, options=opts, input_shapes=self._input_shapes,
+                          registry=self.registry, config=self.config)
+        finally:
+            if opened is not None:
+                opened.close()
+        return result, Executor(self.graph, result.plan, self.registry)
+
+    def _switch_to(self, result: TuneResult, executor: Executor, note: str) -> None:
+        self._plan = result.plan
+        self._executor = executor
+        self.plan_source = "tuned"
+        self.plan_note = note
+        self.plan_key = result.key
+        self.tune_result = result
+        self._tune_on_first_run = False
+
+    def _tune_after_first_run(
+        self, feeds: Mapping[str, np.ndarray], names: list[str] | None,
+        outputs: Sequence[np.ndarray],
+    ) -> None:
+        """Tune, then switch to the tuned plan if it reproduces ``outputs`` (the untuned plan's)
+        on the first run's real inputs; on failure keep the untuned plan and warn."""
+        from tuner.measure import MODEL_TOLERANCE, check_outputs
+
+        problem = ""
+        try:
+            result, executor = self._run_tuner(None, {})
+            wrong = check_outputs(executor.run(feeds, names), outputs, [], tol=MODEL_TOLERANCE)
+            if wrong:
+                problem = (f"tuned plan {result.plan_id} disagrees with the untuned plan on the "
+                           f"first run's inputs ({wrong})")
+        except OpDispatchError as exc:
+            problem = f"{type(exc).__name__}: {exc}"
+        if problem:
+            self.plan_note = f"tuning on the first run failed, running the untuned plan: {problem}"
+            warnings.warn(f"opdispatch: {self.plan_note}", RuntimeWarning, stacklevel=3)
+            return
+        self._switch_to(result, executor,
+                        f"plan {result.plan_id} ({result.key.digest()[:16]}) tuned on the first "
+                        f"run and stored in {self.store_path}")
 
     def _configure_backends(self) -> None:
         for status in self.registry.backends.values():
@@ -168,9 +452,24 @@ class Session:
         feeds: Mapping[str, Any],
         run_options: Any = None,
     ) -> list[np.ndarray]:
-        """Run the model; returns one array per name in ``output_names`` (all when None)."""
+        """Run the model; returns one array per name in ``output_names`` (all when None).
+
+        With ``tune="first-run"`` and no stored plan, the first call runs the untuned plan
+        (its outputs are returned), then tunes within the budget, stores the plan and
+        switches the session to it, once the tuned plan has reproduced those outputs on these
+        inputs; later calls run the tuned plan. The tuner itself measures on random inputs of
+        the real shapes (``tuner.tune.tune`` takes no feeds). If tuning fails, the session
+        keeps the untuned plan, says why in :attr:`plan_note` and warns (RuntimeWarning).
+        """
         arrays = self._check_feeds(feeds)
         names = self._check_outputs(output_names)
+        if self._tune_on_first_run:
+            with self._tune_lock:
+                if self._tune_on_first_run:
+                    self._tune_on_first_run = False  # tune once, even if it fails
+                    outputs = self.executor.run(arrays, names)
+                    self._tune_after_first_run(arrays, names, outputs)
+                    return outputs
         return self.executor.run(arrays, names)
 
     def _check_outputs(self, output_names: Sequence[str] | None) -> list[str] | None:

@@ -13,6 +13,9 @@ override it) shared by every process on the machine: tuners write, production pr
 - Read-only mode opens ``file:...?mode=ro`` and never writes; it also works on a read-only
   file in a read-only folder.
 - Plans are stored as JSON text (never pickle); every statement is parameterised.
+- Plans travel between machines of the same kind as JSON bundles
+  (:meth:`PlanStore.export_plans` / :meth:`PlanStore.import_plans`, format
+  :data:`BUNDLE_FORMAT` version :data:`BUNDLE_VERSION`): data only, validated on import.
 
 The DDL of each migration is plain SQL frozen in this file (a past migration must never
 change); queries go through sqlite-utils over the same ``sqlite3`` connection.
@@ -24,17 +27,28 @@ import contextlib
 import json
 import os
 import sqlite3
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlite_utils import Database
 
 from dispatch.errors import OpDispatchError
 from dispatch.plan import Plan
-from tuner.fingerprint import PlanKey, hardware_digest, software_digest
+from tuner.fingerprint import (
+    FINGERPRINT_VERSION,
+    PlanKey,
+    hardware_digest,
+    hardware_fingerprint,
+    opdispatch_version,
+    software_digest,
+    software_fingerprint,
+)
+
+if TYPE_CHECKING:
+    from dispatch.registry import Registry
 
 RUN_STATUSES = ("running", "finished", "interrupted", "failed")
 FINAL_RUN_STATUSES = RUN_STATUSES[1:]
@@ -42,8 +56,18 @@ FINAL_RUN_STATUSES = RUN_STATUSES[1:]
 MAX_OTHER_MODEL_LINES = 3
 
 
+#: The ``format`` field of a plan bundle (:meth:`PlanStore.export_plans`).
+BUNDLE_FORMAT = "opdispatch-plan-bundle"
+#: The bundle format version written; a bundle of another version is refused on import.
+BUNDLE_VERSION = 1
+
+
 class StoreError(OpDispatchError):
     """The plan store cannot be opened, has an unknown schema, or refused an operation."""
+
+
+class BundleError(StoreError):
+    """A plan bundle is malformed or of a format version this opdispatch does not read."""
 
 
 # ------------------------------------------------------------------------------------------
@@ -175,8 +199,22 @@ class TuningRun:
     stats: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class PrunedPlan:
+    """A plan :meth:`PlanStore.prune_plans` removed (or would remove), and why."""
+
+    plan: StoredPlan
+    reasons: list[str]
+
+
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+def _parse_time(text: str) -> datetime:
+    """An ISO timestamp as an aware datetime (naive ones are taken as UTC)."""
+    when = datetime.fromisoformat(text)
+    return when if when.tzinfo is not None else when.replace(tzinfo=timezone.utc)
 
 
 def _json_dict(text: str | None) -> dict[str, Any]:
@@ -622,3 +660,264 @@ class PlanStore:
             rows = self.db.query(
                 "SELECT * FROM tuning_runs WHERE model_fp = ? ORDER BY id DESC", [model_fp])
         return [_run_from_row(r) for r in rows]
+
+    # -- bundles -----------------------------------------------------------------------
+    def export_plans(self, ids: Iterable[int] | None = None) -> dict[str, Any]:
+        """A JSON-able bundle of the plans ``ids`` (every plan when ``None``) with their keys,
+        to ship with a model to other machines of the same kind (:meth:`import_plans`).
+
+        Data only (no pickle): ``{"format": BUNDLE_FORMAT, "version": BUNDLE_VERSION,
+        "fingerprint_version", "exported_at", "opdispatch", "plans": [{"key": {model, inputs,
+        hardware, software, objective}, "key_digest", "plan", "latency_ms", "peak_bytes",
+        "created_at", "notes", "id"}]}``. Tuning runs and measurements stay behind. Raises
+        :class:`StoreError` naming the stored ids when an id is unknown.
+        """
+        if ids is None:
+            chosen = sorted(self.all_plans(), key=lambda p: p.id)
+        else:
+            seen: dict[int, StoredPlan] = {}
+            for plan_id in ids:
+                if isinstance(plan_id, bool) or not isinstance(plan_id, int):
+                    raise StoreError(
+                        f"export_plans expects integer plan ids, received {plan_id!r}")
+                if plan_id not in seen:
+                    seen[plan_id] = self.plan_by_id(plan_id)
+            chosen = list(seen.values())
+        return {
+            "format": BUNDLE_FORMAT,
+            "version": BUNDLE_VERSION,
+            "fingerprint_version": FINGERPRINT_VERSION,
+            "exported_at": _now(),
+            "opdispatch": opdispatch_version(),
+            "plans": [
+                {
+                    "id": p.id,
+                    "key": {"model": p.key.model, "inputs": p.key.inputs,
+                            "hardware": p.key.hardware, "software": p.key.software,
+                            "objective": p.key.objective},
+                    "key_digest": p.key.digest(),
+                    "plan": json.loads(p.plan_json),
+                    "latency_ms": p.latency_ms,
+                    "peak_bytes": p.peak_bytes,
+                    "created_at": p.created_at,
+                    "notes": p.notes,
+                }
+                for p in chosen
+            ],
+        }
+
+    def import_plans(self, bundle: Mapping[str, Any]) -> list[int]:
+        """Insert the plans of a bundle written by :meth:`export_plans`; returns their ids
+        here, in bundle order. A plan stored under the same key is replaced (as by
+        :meth:`put_plan`). The whole bundle is validated first and inserted in one
+        transaction: a malformed bundle raises :class:`BundleError` saying which field is
+        wrong, and nothing is imported. Imported plans keep their creation time; their notes
+        record ``imported_at``; they belong to no tuning run here."""
+        entries = validate_bundle(bundle)
+        now = _now()
+        ids: list[int] = []
+        with self._write("import_plans"):
+            for e in entries:
+                key: PlanKey = e["key"]
+                digest = key.digest()
+                self.db.execute(
+                    """INSERT INTO plans (key_digest, model_fp, inputs_sig, hardware_digest,
+                           hardware_json, software_digest, software_json, objective, plan_json,
+                           latency_ms, peak_bytes, created_at, tuning_run_id, notes_json)
+                       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?)
+                       ON CONFLICT (key_digest) DO UPDATE SET
+                           plan_json = excluded.plan_json, latency_ms = excluded.latency_ms,
+                           peak_bytes = excluded.peak_bytes, created_at = excluded.created_at,
+                           tuning_run_id = NULL, notes_json = excluded.notes_json""",
+                    [digest, key.model, key.inputs, hardware_digest(key.hardware),
+                     _dump(key.hardware), software_digest(key.software), _dump(key.software),
+                     key.objective, e["plan_json"], e["latency_ms"], e["peak_bytes"],
+                     e["created_at"] or now, _dump({**e["notes"], "imported_at": now})],
+                )
+                found = self._conn.execute(
+                    "SELECT id FROM plans WHERE key_digest = ?", [digest]).fetchone()
+                ids.append(int(found[0]))
+        return ids
+
+    # -- pruning -----------------------------------------------------------------------
+    def prune_plans(
+        self,
+        *,
+        older_than_days: float | None = None,
+        stale: Callable[[StoredPlan], Sequence[str]] | None = None,
+        dry_run: bool = False,
+        now: datetime | None = None,
+    ) -> list[PrunedPlan]:
+        """Delete the plans created more than ``older_than_days`` days ago, and those for
+        which ``stale(plan)`` returns reasons (e.g. :func:`stale_reasons`: the plan's hardware
+        or software fingerprint does not match this machine); returns what was removed, oldest
+        first. ``dry_run`` removes nothing. Selection and deletion happen in one write
+        transaction, so a plan re-tuned meanwhile by another process is never removed by
+        mistake."""
+        if older_than_days is None and stale is None:
+            raise StoreError("prune_plans: expected older_than_days and/or stale, received neither")
+        if older_than_days is not None and (
+            isinstance(older_than_days, bool) or not isinstance(older_than_days, int | float)
+            or older_than_days < 0
+        ):
+            raise StoreError(
+                f"prune_plans: older_than_days must be a number >= 0, received {older_than_days!r}")
+        now = now or datetime.now(timezone.utc)
+        cutoff = None
+        if older_than_days is not None:
+            cutoff = now - timedelta(days=float(older_than_days))
+        removed: list[PrunedPlan] = []
+        context = contextlib.nullcontext() if dry_run else self._write("prune_plans")
+        with context:
+            rows = list(self.db.query("SELECT * FROM plans ORDER BY created_at, id"))
+            for row in rows:
+                plan = _plan_from_row(row)
+                reasons: list[str] = []
+                if cutoff is not None:
+                    try:
+                        created = _parse_time(plan.created_at)
+                    except ValueError:
+                        reasons.append(f"unreadable creation time {plan.created_at!r}")
+                    else:
+                        if created < cutoff:
+                            days = (now - created).total_seconds() / 86400
+                            reasons.append(f"{days:.1f} days old (older than {older_than_days:g})")
+                if stale is not None:
+                    if row["key_digest"] != plan.key.digest():
+                        reasons.append("fingerprint format changed")
+                    reasons.extend(stale(plan))
+                if not reasons:
+                    continue
+                removed.append(PrunedPlan(plan, reasons))
+                if not dry_run:
+                    self.db.execute("DELETE FROM plans WHERE id = ?", [plan.id])
+        return removed
+
+
+# ------------------------------------------------------------------------------------------
+# this machine
+# ------------------------------------------------------------------------------------------
+
+
+def key_here(
+    key: PlanKey, registry: Registry, hardware: Mapping[str, Any] | None = None,
+) -> PlanKey:
+    """``key`` with this machine's hardware fingerprint (or ``hardware``) and the software
+    fingerprint of ``registry`` for the backends ``key`` names: the key a plan of the same
+    model, inputs and objective would have if it were tuned here now."""
+    backends = list((key.software.get("backends") or {}).keys())
+    return PlanKey(
+        model=key.model, inputs=key.inputs,
+        hardware=dict(hardware) if hardware is not None else hardware_fingerprint(),
+        software=software_fingerprint(registry, backends), objective=key.objective,
+    )
+
+
+def stale_reasons(
+    stored: StoredPlan, registry: Registry, hardware: Mapping[str, Any] | None = None,
+) -> list[str]:
+    """Why the hardware or software fingerprint of ``stored`` does not match this machine
+    (``["hardware: threads 2 -> 4", "native: build 1a2b -> build 3c4d"]``); empty when the
+    plan could be used here."""
+    return stored.key.explain_difference(key_here(stored.key, registry, hardware))
+
+
+# ------------------------------------------------------------------------------------------
+# bundle validation
+# ------------------------------------------------------------------------------------------
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    return {dict: "an object", list: "an array", str: "a string", bool: "a boolean",
+            int: "an integer", float: "a number"}.get(type(value), type(value).__name__)
+
+
+def _expect(value: Any, types: type | tuple[type, ...], where: str, what: str) -> Any:
+    if not isinstance(value, types) or (isinstance(value, bool) and bool not in (
+            types if isinstance(types, tuple) else (types,))):
+        got = "nothing (missing or null)" if value is None else f"{_kind(value)} {_short(value)}"
+        raise BundleError(f"malformed plan bundle: {where}: expected {what}, received {got}")
+    return value
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def validate_bundle(bundle: Any) -> list[dict[str, Any]]:
+    """Check a plan bundle (format, version, and every entry's key parts, plan, numbers, times
+    and notes); raises :class:`BundleError` naming the first wrong field (``plans[2].key.
+    hardware: expected an object, received an array``). Returns the entries as
+    ``{"key": PlanKey, "plan_json", "latency_ms", "peak_bytes", "created_at", "notes"}``."""
+    _expect(bundle, dict, "the bundle", f"a JSON object with \"format\": \"{BUNDLE_FORMAT}\"")
+    fmt = bundle.get("format")
+    if fmt != BUNDLE_FORMAT:
+        raise BundleError(
+            f"not a plan bundle: \"format\" is {_short(fmt)}, expected {BUNDLE_FORMAT!r} "
+            f"(write one with `opdispatch plans export` or PlanStore.export_plans)")
+    version = _expect(bundle.get("version"), int, '"version"', "an integer")
+    if version != BUNDLE_VERSION:
+        newer = " (written by a newer opdispatch)" if version > BUNDLE_VERSION else ""
+        raise BundleError(f"plan bundle format version {version} is not supported{newer}; "
+                          f"this opdispatch reads version {BUNDLE_VERSION}")
+    fp_version = bundle.get("fingerprint_version", FINGERPRINT_VERSION)
+    if fp_version != FINGERPRINT_VERSION:
+        raise BundleError(
+            f"the plan bundle was written with fingerprint version {_short(fp_version)}, this "
+            f"opdispatch computes version {FINGERPRINT_VERSION}: its plans could never match here")
+    plans = _expect(bundle.get("plans"), list, '"plans"', "an array of plans")
+    entries: list[dict[str, Any]] = []
+    first_of: dict[str, int] = {}
+    for k, item in enumerate(plans):
+        at = f"plans[{k}]"
+        _expect(item, dict, at, "an object")
+        raw_key = _expect(item.get("key"), dict, f"{at}.key", "an object")
+        for name, types, what in (("model", str, "a string"), ("inputs", str, "a string"),
+                                  ("hardware", dict, "an object"), ("software", dict, "an object"),
+                                  ("objective", str, "a string")):
+            _expect(raw_key.get(name), types, f"{at}.key.{name}", what)
+        extra = sorted(set(raw_key) - {"model", "inputs", "hardware", "software", "objective"})
+        if extra:
+            raise BundleError(f"malformed plan bundle: {at}.key: unknown field(s) {extra}")
+        key = PlanKey(model=raw_key["model"], inputs=raw_key["inputs"],
+                      hardware=raw_key["hardware"], software=raw_key["software"],
+                      objective=raw_key["objective"])
+        digest = item.get("key_digest")
+        if digest is not None and digest != key.digest():
+            raise BundleError(
+                f"malformed plan bundle: {at}.key_digest does not match {at}.key (the key was "
+                f"edited after export; drop key_digest to import an edited key)")
+        if key.digest() in first_of:
+            raise BundleError(f"malformed plan bundle: {at} has the same key as "
+                              f"plans[{first_of[key.digest()]}]")
+        first_of[key.digest()] = k
+        raw_plan = _expect(item.get("plan"), dict, f"{at}.plan", "a plan object")
+        try:
+            plan = Plan.from_dict(raw_plan)
+        except OpDispatchError as exc:
+            raise BundleError(f"malformed plan bundle: {at}.plan: {exc}") from None
+        latency = item.get("latency_ms")
+        if latency is not None:
+            _expect(latency, (int, float), f"{at}.latency_ms", "a number or null")
+        peak = item.get("peak_bytes")
+        if peak is not None:
+            _expect(peak, int, f"{at}.peak_bytes", "an integer or null")
+        created = item.get("created_at")
+        if created is not None:
+            _expect(created, str, f"{at}.created_at", "an ISO timestamp")
+            try:
+                _parse_time(created)
+            except ValueError:
+                raise BundleError(f"malformed plan bundle: {at}.created_at: expected an ISO "
+                                  f"timestamp, received {_short(created)}") from None
+        notes = item.get("notes") or {}
+        _expect(notes, dict, f"{at}.notes", "an object")
+        entries.append({
+            "key": key, "plan_json": plan.to_json(),
+            "latency_ms": None if latency is None else float(latency),
+            "peak_bytes": peak, "created_at": created, "notes": notes,
+        })
+    return entries

@@ -1,0 +1,340 @@
+"""``opdispatch plans``: list, show, export, import and prune the plans of a plan store.
+
+Every subcommand takes ``--store PATH`` (default: the configured ``store_path``). Reading
+commands (list, show, export) open the store read-only and never create it. Bundles are the
+JSON written by :meth:`tuner.store.PlanStore.export_plans`: data only, validated on import.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dispatch.errors import OpDispatchError
+
+if TYPE_CHECKING:
+    from dispatch.registry import Registry
+    from tuner.store import PlanStore, StoredPlan
+
+#: Characters of a model fingerprint shown in tables.
+FP_PREFIX = 12
+
+
+class PlansUsageError(OpDispatchError):
+    """A ``plans`` argument could not be understood or names something that does not exist."""
+
+
+# ------------------------------------------------------------------------------------------
+# helpers
+# ------------------------------------------------------------------------------------------
+
+
+def _table(rows: Sequence[Sequence[str]], max_width: int = 60) -> str:
+    from dispatch.cli import _table as table
+
+    return table(rows, max_width)
+
+
+def _store_path(arg: str | None) -> str:
+    from dispatch.config import Config
+
+    return str(Path(Config.load({"store_path": arg}).store_path).expanduser())
+
+
+def _open(arg: str | None, *, readonly: bool) -> PlanStore:
+    """The store at ``--store`` (or the configured one); a missing store is a user error."""
+    from tuner.store import PlanStore
+
+    path = _store_path(arg)
+    if not Path(path).is_file():
+        raise PlansUsageError(
+            f"no plan store at {path} (tune a model with `opdispatch tune MODEL --store {path}` "
+            f"or import a bundle with `opdispatch plans import BUNDLE --store {path}`)"
+        )
+    return PlanStore(path, readonly=readonly)
+
+
+def _registry() -> Registry:
+    from dispatch.backend import load_registry
+    from dispatch.config import Config
+
+    return load_registry(Config.load().plugin_path or None)
+
+
+def _backends_used(stored: StoredPlan) -> str:
+    try:
+        used = stored.plan().backends_used()
+    except OpDispatchError as exc:
+        return f"(unreadable plan: {exc})"
+    return ",".join(f"{b}:{n}" for b, n in used.items()) or "-"
+
+
+def _created(stored: StoredPlan) -> str:
+    return stored.created_at[:19].replace("T", " ")
+
+
+def _latency(stored: StoredPlan) -> str:
+    return "-" if stored.latency_ms is None else f"{stored.latency_ms:.3f}"
+
+
+def _model_fp(model: str, shapes: Sequence[str] | None) -> str:
+    """The model fingerprint of an .onnx file, as the tuner computes it here."""
+    from dispatch.cli import _parse_shape
+    from tuner.fingerprint import model_fingerprint
+    from tuner.tune import load_graph
+
+    registry = _registry()
+    input_shapes = dict(_parse_shape(s) for s in shapes or [])
+    graph = load_graph(model, registry, registry.available_backends(), input_shapes or None)
+    return model_fingerprint(graph)
+
+
+def _here(stored: StoredPlan, registry: Registry, hardware: dict[str, Any]) -> str:
+    from tuner.store import stale_reasons
+
+    reasons = stale_reasons(stored, registry, hardware)
+    return "yes" if not reasons else "no: " + "; ".join(reasons)
+
+
+# ------------------------------------------------------------------------------------------
+# commands
+# ------------------------------------------------------------------------------------------
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    """A table of the stored plans, newest first."""
+    from tuner.fingerprint import hardware_fingerprint
+
+    with _open(args.store, readonly=True) as store:
+        if args.model:
+            plans = store.plans_for_model(_model_fp(args.model, args.shape))
+        else:
+            plans = store.all_plans()
+        if not plans:
+            what = f" for {args.model}" if args.model else ""
+            print(f"no plans{what} in {store.path}")
+            return 0
+        registry, hardware = _registry(), hardware_fingerprint()
+        rows = [("id", "model", "inputs", "objective", "latency_ms", "created (UTC)",
+                 "backends used", "usable here")]
+        for p in plans:
+            rows.append((str(p.id), p.key.model[:FP_PREFIX], p.key.inputs, p.key.objective,
+                         _latency(p), _created(p), _backends_used(p),
+                         _here(p, registry, hardware)))
+        print(_table(rows, max_width=48))
+        print(f"\n{len(plans)} plan(s) in {store.path}")
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    """One plan: its key, what the tuner measured, its provenance and its steps."""
+    from tuner.fingerprint import hardware_fingerprint
+
+    with _open(args.store, readonly=True) as store:
+        p = store.plan_by_id(args.id)
+        if args.json:
+            print(p.plan_json)
+            return 0
+        plan = p.plan()
+        run = next((r for r in store.runs(p.key.model) if r.id == p.run_id), None)
+        registry = _registry()
+        hw = p.key.hardware
+        sw = p.key.software
+        rows: list[tuple[str, str]] = [
+            ("store", str(store.path)),
+            ("model", p.key.model),
+            ("inputs", p.key.inputs),
+            ("objective", p.key.objective),
+            ("key digest", p.key.digest()),
+            ("latency", "-" if p.latency_ms is None else f"{p.latency_ms:.3f} ms"),
+            ("peak memory", "-" if p.peak_bytes is None else f"{p.peak_bytes:,} bytes"),
+            ("created", p.created_at),
+        ]
+        if run is not None:
+            budget = "-" if run.budget_s is None else f"{run.budget_s:g} s"
+            rows.append(("tuning run", f"{run.id}: {run.status}, budget {budget}, started "
+                                       f"{run.started_at}"))
+        if "imported_at" in p.notes:
+            rows.append(("imported", str(p.notes["imported_at"])))
+        rows += [
+            ("hardware", f"{hw.get('cpu_model') or '?'} ({hw.get('arch')}), "
+                         f"{hw.get('threads')} thread(s), ISA {','.join(hw.get('isa') or []) or '-'}"
+                         + (f", GPU {', '.join(hw['gpus'])}" if hw.get("gpus") else "")),
+            ("software", ", ".join(f"{v}" for v in (sw.get("backends") or {}).values())
+                         + f"; opdispatch {sw.get('opdispatch')}, plan format {sw.get('plan_format')}"),
+            ("usable here", _here(p, registry, hardware_fingerprint())),
+        ]
+        prov = plan.provenance
+        if prov:
+            opt = prov.get("optimizer") or {}
+            parts = [f"source {prov.get('source', '?')}"]
+            if prov.get("tuned_at"):
+                parts.append(f"tuned {prov['tuned_at']}")
+            if opt.get("method"):
+                parts.append(f"optimiser {opt['method']}"
+                             + (" (optimal)" if opt.get("optimal") else " (not proven optimal)"))
+            winner = prov.get("winner", p.notes.get("winner"))
+            if winner:
+                parts.append(f"winner: {winner}")
+            rows.append(("provenance", ", ".join(parts)))
+        width = max(len(k) for k, _ in rows)
+        print(f"plan {p.id}")
+        for k, v in rows:
+            print(f"  {k.ljust(width)}  {v}")
+        validated = prov.get("validated") or []
+        if validated:
+            print("\nvalidated end to end:")
+            vrows = [("plan", "predicted ms", "latency ms", "peak bytes", "result")]
+            for v in validated:
+                vrows.append((str(v.get("label")), _num(v.get("predicted_ms")),
+                              _num(v.get("latency_ms")), _num(v.get("peak_bytes"), "{:,.0f}"),
+                              v.get("error") or "ok"))
+            print(_table(vrows, max_width=60))
+        print(f"\nsteps ({len(plan.steps)}), backends used: {_backends_used(p)}")
+        print(plan.describe())
+    return 0
+
+
+def _num(value: Any, fmt: str = "{:.3f}") -> str:
+    return "-" if value is None else fmt.format(value)
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    """Write a JSON bundle of the chosen plans (all by default)."""
+    if args.ids and args.model:
+        raise PlansUsageError("give plan ids or --model, not both")
+    with _open(args.store, readonly=True) as store:
+        if args.model:
+            fp = _model_fp(args.model, args.shape)
+            ids: list[int] | None = [p.id for p in store.plans_for_model(fp)]
+            if not ids:
+                raise PlansUsageError(
+                    f"no plan for {args.model} (model {fp[:FP_PREFIX]}) in "
+                    f"{store.path}; tune it first with `opdispatch tune {args.model} --store "
+                    f"{store.path}`")
+        else:
+            ids = list(args.ids) or None
+        bundle = store.export_plans(ids)
+        if not bundle["plans"]:
+            raise PlansUsageError(f"{store.path} holds no plans to export")
+    out = Path(args.output)
+    try:
+        out.write_text(json.dumps(bundle, indent=2, sort_keys=True) + "\n")
+    except OSError as exc:
+        raise PlansUsageError(f"cannot write {str(out)!r}: {exc}") from None
+    shown = ", ".join(str(p["id"]) for p in bundle["plans"])
+    print(f"exported {len(bundle['plans'])} plan(s) (ids {shown}) to {out}")
+    return 0
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    """Insert the plans of a bundle into the store (created if missing)."""
+    from tuner.fingerprint import hardware_fingerprint
+    from tuner.store import PlanStore, validate_bundle
+
+    src = Path(args.bundle)
+    if not src.is_file():
+        raise PlansUsageError(f"bundle {str(src)!r} does not exist")
+    try:
+        bundle = json.loads(src.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise PlansUsageError(f"{str(src)!r} is not a JSON plan bundle ({exc})") from None
+    validate_bundle(bundle)  # before the store is opened (and perhaps created)
+    with PlanStore(_store_path(args.store)) as store:
+        ids = store.import_plans(bundle)
+        registry, hardware = _registry(), hardware_fingerprint()
+        print(f"imported {len(ids)} plan(s) from {src} into {store.path}")
+        unusable = 0
+        for plan_id in ids:
+            p = store.plan_by_id(plan_id)
+            here = _here(p, registry, hardware)
+            unusable += here != "yes"
+            print(f"  plan {p.id}: model {p.key.model[:FP_PREFIX]}, {p.key.inputs}, "
+                  f"{p.key.objective}; usable here: {here}")
+        if unusable:
+            print(f"{unusable} imported plan(s) were tuned on other hardware or software and will "
+                  f"not be used on this machine")
+    return 0
+
+
+def cmd_prune(args: argparse.Namespace) -> int:
+    """Delete stale plans (another machine or software) and/or plans older than N days."""
+    from tuner.fingerprint import hardware_fingerprint
+    from tuner.store import stale_reasons
+
+    if args.older_than is None and not args.stale:
+        raise PlansUsageError(
+            "give --stale and/or --older-than DAYS (nothing would be removed)")
+    if args.older_than is not None and args.older_than < 0:
+        raise PlansUsageError(f"--older-than expects days >= 0, received {args.older_than:g}")
+    stale = None
+    if args.stale:
+        registry, hardware = _registry(), hardware_fingerprint()
+
+        def stale(p: StoredPlan) -> list[str]:
+            return stale_reasons(p, registry, hardware)
+
+    with _open(args.store, readonly=False) as store:
+        removed = store.prune_plans(older_than_days=args.older_than, stale=stale,
+                                    dry_run=args.dry_run)
+        verb = "would remove" if args.dry_run else "removed"
+        for r in removed:
+            p = r.plan
+            print(f"{verb} plan {p.id} (model {p.key.model[:FP_PREFIX]}, {p.key.inputs}, "
+                  f"{p.key.objective}, created {_created(p)}): {'; '.join(r.reasons)}")
+        kept = len(store.all_plans())
+        print(f"{verb} {len(removed)} plan(s) from {store.path}; {kept} kept")
+    return 0
+
+
+# ------------------------------------------------------------------------------------------
+# parser
+# ------------------------------------------------------------------------------------------
+
+
+def add_parser(sub: Any) -> None:
+    """Add ``plans`` and its subcommands to the ``opdispatch`` subparsers ``sub``."""
+    p = sub.add_parser("plans", help="list, show, export, import and prune stored plans")
+    psub = p.add_subparsers(dest="plans_command", required=True)
+
+    def store_arg(q: argparse.ArgumentParser) -> None:
+        q.add_argument("--store", default=None, help="plan store (default: the configured store_path)")
+
+    def model_args(q: argparse.ArgumentParser, what: str) -> None:
+        q.add_argument("--model", metavar="MODEL.onnx", help=f"only {what} the plans of this model")
+        q.add_argument("--shape", action="append", metavar="NAME=1x3x224x224",
+                       help="static shape for an input of --model")
+
+    q = psub.add_parser("list", help="a table of the stored plans")
+    store_arg(q)
+    model_args(q, "list")
+    q.set_defaults(fn=cmd_list)
+
+    q = psub.add_parser("show", help="a plan's key, steps and provenance")
+    q.add_argument("id", type=int, help="plan id (see plans list)")
+    q.add_argument("--json", action="store_true", help="print the plan as JSON")
+    store_arg(q)
+    q.set_defaults(fn=cmd_show)
+
+    q = psub.add_parser("export", help="write plans and their keys to a JSON bundle")
+    q.add_argument("ids", nargs="*", type=int, metavar="ID", help="plan ids (default: every plan)")
+    model_args(q, "export")
+    q.add_argument("-o", "--output", required=True, metavar="BUNDLE.json", help="bundle to write")
+    store_arg(q)
+    q.set_defaults(fn=cmd_export)
+
+    q = psub.add_parser("import", help="insert the plans of a JSON bundle")
+    q.add_argument("bundle", metavar="BUNDLE.json")
+    store_arg(q)
+    q.set_defaults(fn=cmd_import)
+
+    q = psub.add_parser("prune", help="delete stale or old plans, printing what was removed")
+    q.add_argument("--stale", action="store_true",
+                   help="plans whose hardware or software fingerprint does not match this machine")
+    q.add_argument("--older-than", type=float, metavar="DAYS", help="plans created more than DAYS ago")
+    q.add_argument("--dry-run", action="store_true", help="print what would be removed; remove nothing")
+    store_arg(q)
+    q.set_defaults(fn=cmd_prune)
