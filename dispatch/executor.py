@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dispatch.errors import KernelError, PlanError
-from dispatch.fusion import step_node
+from dispatch.fusion import REGION_OP, step_node
 from dispatch.graph import Graph
 from dispatch.plan import Plan
 from dispatch.registry import STANDARD, Registry
@@ -105,8 +105,16 @@ class Executor:
         by_name = {n.name: n for n in graph.nodes}
         for step in plan.steps:
             impl = registry.impl(step.impl)
-            node = by_name[step.nodes[0]] if len(step.nodes) == 1 else step_node(graph, step.nodes)
-            if len(step.nodes) > 1 and impl.pattern != tuple(n.key_op for n in node.nodes):
+            if impl.is_region != (step.op == REGION_OP):
+                raise PlanError(
+                    f"step {step.impl} over nodes {step.nodes[:5]} has op {step.op!r}, but the "
+                    f"implementation is {'a region' if impl.is_region else 'not a region'} implementation"
+                )
+            if len(step.nodes) == 1 and not impl.is_region:
+                node = by_name[step.nodes[0]]
+            else:
+                node = step_node(graph, step.nodes, step.op)
+            if len(step.nodes) > 1 and not impl.is_region and impl.pattern != tuple(n.key_op for n in node.nodes):
                 raise PlanError(
                     f"step {step.impl} covers nodes {step.nodes}, which are not a chain of its "
                     f"pattern {'+'.join(impl.pattern) or '(single node)'}"

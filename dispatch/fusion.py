@@ -1,4 +1,4 @@
-"""Multi-node candidates: fused patterns over chains of nodes.
+"""Multi-node candidates: fused patterns over chains of nodes, and regions.
 
 A fused implementation (e.g. ``Conv+Relu.native.nchw16c``) runs a chain of nodes as one step.
 A chain ``n0 -> n1 -> ... -> nk`` matches a pattern of op types when each ``n{i+1}`` consumes
@@ -10,6 +10,12 @@ inputs are the chain's external inputs in a fixed order — every input of the f
 (``None`` kept for omitted optional inputs), then, for each later node, its inputs other than
 the chained value — and whose outputs are the last node's outputs. ``FusedNode.nodes`` holds
 the real nodes, so build functions read each node's attributes there.
+
+A *region* is any convex set of nodes that a subgraph backend (e.g. onnxruntime) runs as one
+step; it is presented as a FusedNode with ``op_type`` :data:`REGION_OP` whose inputs are the
+non-constant values its nodes read from outside (constants stay inside: the backend embeds
+them when it builds the step) and whose outputs are the values its nodes produce that are read
+outside or are graph outputs, both in order of first appearance.
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ from dispatch.errors import PlanError
 from dispatch.graph import Graph, Node, Value
 
 SEPARATOR = "+"
+#: the op type of a region step (see the module docstring)
+REGION_OP = "Region"
 
 
 @dataclass(eq=False, repr=False)
@@ -93,8 +101,43 @@ def match_chain(
     return chain
 
 
-def step_node(graph: Graph, names: Sequence[str]) -> Node:
-    """The node a plan step runs: the node itself, or the FusedNode of several."""
+def region_node(graph: Graph, names: Sequence[str]) -> FusedNode:
+    """The :class:`FusedNode` of the region ``names`` of ``graph`` (see the module docstring);
+    its ``nodes`` are in the graph's (topological) order."""
+    wanted = set(names)
+    missing = wanted - {n.name for n in graph.nodes}
+    if missing:
+        raise PlanError(f"region names nodes not in graph {graph.name!r}: {sorted(missing)[:10]}")
+    nodes = [n for n in graph.nodes if n.name in wanted]
+    inside = {v.name for n in nodes for v in n.outputs}
+    inputs: list[Value] = []
+    seen: set[str] = set()
+    for n in nodes:
+        for v in n.inputs:
+            if v is not None and not v.is_const and v.name not in inside and v.name not in seen:
+                seen.add(v.name)
+                inputs.append(v)
+    read_outside = {v.name for n in graph.nodes if n.name not in wanted for v in n.inputs if v is not None}
+    read_outside |= {v.name for v in graph.outputs}
+    outputs = [v for n in nodes for v in n.outputs if v.name in read_outside]
+    return FusedNode(
+        name=SEPARATOR.join(n.name for n in nodes) if len(nodes) <= 4
+        else f"{nodes[0].name}..{nodes[-1].name}({len(nodes)} nodes)",
+        op_type=REGION_OP,
+        inputs=list(inputs),
+        outputs=outputs,
+        attrs={},
+        domain="",
+        opset=nodes[0].opset,
+        nodes=nodes,
+    )
+
+
+def step_node(graph: Graph, names: Sequence[str], op: str | None = None) -> Node:
+    """The node a plan step runs: the node itself, the FusedNode of a chain, or the region
+    node when ``op`` is :data:`REGION_OP` (a region may have one node)."""
+    if op == REGION_OP:
+        return region_node(graph, names)
     if len(names) == 1:
         return graph.node(names[0])
     return fuse([graph.node(n) for n in names])

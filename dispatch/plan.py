@@ -7,19 +7,22 @@ shared by every consumer that wants that layout.
 
 :func:`heuristic_plan` builds the untuned plan: per node, the first backend in the configured
 order that has a supporting implementation wins; within that backend the candidate needing the
-cheapest input conversions wins, then the higher priority. Every candidate that lost is
-recorded with its reason.
+cheapest input conversions wins, then the higher priority. A subgraph backend (a region
+implementation, e.g. onnxruntime) earlier in the order than the per-node winner takes the
+largest region it proposes that starts at the node. Every candidate that lost is recorded with
+its reason.
 """
 
 from __future__ import annotations
 
+import heapq
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from dispatch.errors import PlanError, UnsupportedOpError, known
-from dispatch.fusion import FusedNode, fuse, match_chain, step_node
+from dispatch.fusion import REGION_OP, FusedNode, fuse, match_chain, region_node, step_node
 from dispatch.graph import Graph, Node
 from dispatch.registry import STANDARD, Implementation, Registry
 
@@ -218,6 +221,7 @@ def heuristic_plan(
         if b not in available
     }
     check_supported_ops(graph, registry, order)
+    proposals = region_proposals(graph, registry, order)
 
     produced: dict[str, str] = {v.name: STANDARD for v in graph.inputs}
     steps: list[PlanStep] = []
@@ -232,7 +236,10 @@ def heuristic_plan(
             step = _forced_step(registry, node, overrides[node.name])
         else:
             step = _choose(registry, node, order, produced, skipped_backends)
-            if step is not None:
+            region = _choose_region(graph, node, step, order, covered, proposals)
+            if region is not None:
+                step = region
+            elif step is not None:
                 fused = _choose_pattern(
                     registry, node, step, order, produced, consumers, graph_outputs,
                     set(overrides) | covered,
@@ -245,7 +252,7 @@ def heuristic_plan(
             continue
         steps.append(step)
         covered.update(step.nodes)
-        outs = node.outputs if len(step.nodes) == 1 else graph.node(step.nodes[-1]).outputs
+        outs = step_node(graph, step.nodes, step.op).outputs
         for v, lay in zip(outs, step.layouts_out):
             produced[v.name] = lay
     if unsupported:
@@ -268,13 +275,65 @@ def heuristic_plan(
     )
 
 
+def region_proposals(
+    graph: Graph, registry: Registry, order: Sequence[str]
+) -> dict[str, list[tuple[Implementation, list[str]]]]:
+    """backend -> (region implementation, node names in graph order) for every region the
+    region implementations of the backends in ``order`` propose for ``graph``, largest first.
+    A proposer that raises proposes nothing (its backend stays usable per node)."""
+    index = {n.name: k for k, n in enumerate(graph.nodes)}
+    out: dict[str, list[tuple[Implementation, list[str]]]] = {}
+    for impl in registry.regions(order):
+        try:
+            sets = impl.propose(graph) if impl.propose is not None else []
+        except Exception:
+            sets = []
+        found = out.setdefault(impl.backend, [])
+        for names in sets:
+            if names and all(n in index for n in names):
+                found.append((impl, sorted(set(names), key=index.__getitem__)))
+        found.sort(key=lambda t: -len(t[1]))
+    return out
+
+
+def _choose_region(
+    graph: Graph,
+    node: Node,
+    single: PlanStep | None,
+    order: Sequence[str],
+    covered: set[str],
+    proposals: Mapping[str, list[tuple[Implementation, list[str]]]],
+) -> PlanStep | None:
+    """The largest supported region starting at ``node`` (no node of it covered yet) of a
+    backend before the single-node winner's backend in ``order`` (any backend when no
+    single-node implementation supports the node)."""
+    last = order.index(single.backend) if single is not None and single.backend in order else len(order) - 1
+    for backend in order[: last + 1]:
+        for impl, names in proposals.get(backend, ()):
+            if names[0] != node.name or covered.intersection(names):
+                continue
+            rnode = region_node(graph, names)
+            if impl.supports(rnode) is not None:
+                continue
+            lost = [] if single is None else [Rejected(single.impl, single.backend, f"lost: region of backend {backend!r} comes first in the order")]
+            return PlanStep(
+                nodes=list(names), op=REGION_OP, impl=impl.name, backend=impl.backend,
+                layouts_in=[STANDARD] * len(rnode.inputs), layouts_out=[STANDARD] * len(rnode.outputs),
+                why=f"largest region ({len(names)} node(s)) of backend {backend!r}, first in order {list(order)}",
+                rejected=lost,
+            )
+    return None
+
+
 def check_supported_ops(graph: Graph, registry: Registry, order: Sequence[str]) -> None:
-    """Raise one error listing every operator of ``graph`` that no allowed backend implements."""
+    """Raise one error listing every operator of ``graph`` that no allowed backend implements
+    (per node, or in a region that a subgraph backend proposes)."""
     missing: dict[str, list[str]] = {}
+    in_regions = {n for found in region_proposals(graph, registry, order).values() for _, names in found for n in names}
     for node in graph.nodes:
-        ok = registry.has_op(node.key_op) and any(
+        ok = node.name in in_regions or (registry.has_op(node.key_op) and any(
             i.backend in order for i in registry.impls_for(node.key_op)
-        )
+        ))
         if not ok:
             missing.setdefault(node.key_op, []).append(node.name)
     if missing:
@@ -445,11 +504,44 @@ def _impls_of_backend(registry: Registry, op: str, backend: str) -> list[Impleme
 
 
 def order_steps(graph: Graph, steps: Sequence[PlanStep]) -> list[PlanStep]:
-    """Steps in execution order: each at the position of the last node it covers (a fused
-    step's later nodes may read tensors produced after its first node, e.g. the residual
-    input of Conv+Add)."""
+    """Steps in an execution order: a topological order of the steps (a step runs once every
+    value its nodes read from other steps exists), ties going to the step whose first node
+    comes first in the graph. A fused step's later nodes may read values produced after its
+    first node (the residual input of Conv+Add), and a region's outputs may be read by nodes
+    placed between its nodes in the graph's order, so positions alone are not enough."""
     index = {n.name: k for k, n in enumerate(graph.nodes)}
-    return sorted(steps, key=lambda s: max(index[n] for n in s.nodes))
+    by_name = {n.name: n for n in graph.nodes}
+    owner: dict[str, int] = {}
+    for k, step in enumerate(steps):
+        for name in step.nodes:
+            for v in by_name[name].outputs:
+                owner[v.name] = k
+    deps: list[set[int]] = []
+    for k, step in enumerate(steps):
+        d = {owner[v.name] for name in step.nodes for v in by_name[name].inputs
+             if v is not None and v.name in owner}
+        d.discard(k)
+        deps.append(d)
+    users: dict[int, list[int]] = {}
+    for k, d in enumerate(deps):
+        for j in d:
+            users.setdefault(j, []).append(k)
+    waiting = [len(d) for d in deps]
+    ready = [(min(index[n] for n in s.nodes), k) for k, s in enumerate(steps) if not deps[k]]
+    heapq.heapify(ready)
+    out: list[PlanStep] = []
+    while ready:
+        _, k = heapq.heappop(ready)
+        out.append(steps[k])
+        for u in users.get(k, ()):
+            waiting[u] -= 1
+            if waiting[u] == 0:
+                heapq.heappush(ready, (min(index[n] for n in steps[u].nodes), u))
+    if len(out) != len(steps):
+        stuck = [" + ".join(s.nodes) for k, s in enumerate(steps) if waiting[k] > 0]
+        raise PlanError(f"the plan's steps depend on each other in a cycle (a non-convex fused "
+                        f"step or region?): {stuck[:5]}")
+    return out
 
 
 def plan_conversions(graph: Graph, registry: Registry, steps: Sequence[PlanStep]) -> list[Conversion]:
@@ -461,7 +553,7 @@ def plan_conversions(graph: Graph, registry: Registry, steps: Sequence[PlanStep]
             produced[v.name] = STANDARD
     wanted: dict[tuple[str, str], list[str]] = {}
     for step in steps:
-        node = step_node(graph, step.nodes)
+        node = step_node(graph, step.nodes, step.op)
         for v, lay in zip(node.inputs, step.layouts_in):
             if v is None:
                 continue

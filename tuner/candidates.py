@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from dispatch.fusion import FusedNode, fuse, match_chain
+from dispatch.fusion import REGION_OP, FusedNode, fuse, match_chain, region_node
 from dispatch.graph import Graph, Node
-from dispatch.plan import Rejected, candidate_reason
+from dispatch.plan import Rejected, candidate_reason, region_proposals
 from dispatch.registry import Implementation, Registry
 
 #: non-float constant inputs up to this many elements are part of a signature by value
@@ -101,6 +101,14 @@ def _value_key(v) -> Any:
 def signature(impl: Implementation, node: Node, layouts_in: Sequence[str], layouts_out: Sequence[str]) -> str:
     """The measurement key of ``impl`` on ``node`` (see the module docstring)."""
     nodes = node.nodes if isinstance(node, FusedNode) else [node]
+    wiring = None
+    if node.op_type == REGION_OP:  # a region's structure: who reads what, by position
+        pos: dict[str, str] = {v.name: f"in{k}" for k, v in enumerate(node.inputs)}
+        for k, n in enumerate(nodes):
+            for j, v in enumerate(n.outputs):
+                pos[v.name] = f"n{k}.{j}"
+        wiring = [[None if v is None else pos.get(v.name, "const") for v in n.inputs] for n in nodes]
+        wiring.append([pos[v.name] for v in node.outputs])
     payload = {
         "impl": impl.name,
         "ops": [n.key_op for n in nodes],
@@ -111,6 +119,8 @@ def signature(impl: Implementation, node: Node, layouts_in: Sequence[str], layou
         "layouts_in": list(layouts_in),
         "layouts_out": list(layouts_out),
     }
+    if wiring is not None:
+        payload["wiring"] = wiring
     text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
@@ -153,6 +163,13 @@ def enumerate_candidates(
             got = _candidate(registry, impl, fused)
             if isinstance(got, str):
                 out.rejected[node.name].append(Rejected(impl.name, impl.backend, f"unsupported: {got}"))
+            else:
+                out.candidates.append(got)
+    for found in region_proposals(graph, registry, allowed).values():
+        for impl, names in found:
+            got = _candidate(registry, impl, region_node(graph, names))
+            if isinstance(got, str):
+                out.rejected[names[0]].append(Rejected(impl.name, impl.backend, f"unsupported region of {len(names)} node(s): {got}"))
             else:
                 out.candidates.append(got)
     return out

@@ -120,7 +120,7 @@ def _reference(registry: Registry, cand: Candidate, std_inputs: list[np.ndarray 
         impl = reference_impl(registry, n)
         if impl is None:
             raise LookupError(f"no numpy reference implementation supports node {n.name!r} ({n.key_op})")
-        out = impl.build(n)(*[None if v is None else env[v.name] for v in n.inputs])
+        out = impl.build(n)(*[None if v is None else env.get(v.name, v.const) for v in n.inputs])
         outs = out if isinstance(out, tuple | list) else (out,)
         for v, arr in zip(n.outputs, outs):
             env[v.name] = np.asarray(arr)

@@ -1,0 +1,46 @@
+"""The onnxruntime backend: regions of the graph compiled into InferenceSessions.
+
+onnxruntime is imported only when a region is built, never by discovery, so that listing the
+backends (or importing ``dispatch``) stays cheap; availability and version come from the
+installed distribution's metadata.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+from typing import TYPE_CHECKING
+
+from dispatch.backend import Backend
+from dispatch.registry import Registry
+
+if TYPE_CHECKING:
+    from dispatch.config import Config
+
+
+class OnnxRuntimeBackend(Backend):
+    """onnxruntime's CPU execution provider on connected regions of the graph, offered to the
+    tuner at several granularities (single nodes, residual blocks, stages, maximal regions)."""
+
+    name = "onnxruntime"
+    device = "cpu"
+
+    def availability(self) -> str | None:
+        if importlib.util.find_spec("onnxruntime") is None:
+            return "onnxruntime is not installed (pip install 'opdispatch[onnxruntime]')"
+        return None
+
+    def version(self) -> str:
+        return f"onnxruntime {importlib.metadata.version('onnxruntime')}"
+
+    def configure(self, config: Config) -> None:
+        """Intra-op threads of the sessions built from now on (0: onnxruntime's default, every
+        physical core)."""
+        from impls.onnxruntime import region
+
+        region.SETTINGS["intra_op_threads"] = int(config.threads or 0)
+
+    def register(self, registry: Registry) -> None:
+        from impls.onnxruntime.region import impls
+
+        registry.add_table(impls)

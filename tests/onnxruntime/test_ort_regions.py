@@ -1,0 +1,151 @@
+"""The onnxruntime subgraph backend: its proposals, and every candidate it offers — per op and
+per region — checked against the numpy reference through the tuner's own measurement check.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from dispatch import Session
+from dispatch.backend import load_registry
+from dispatch.fusion import REGION_OP, region_node
+from dispatch.plan import heuristic_plan
+from dispatch.zoo import light_model
+from tests.builders import ModelBuilder, small_cnn
+from tuner.candidates import enumerate_candidates
+from tuner.measure import measure_candidate
+
+pytest.importorskip("onnxruntime")
+
+from impls.onnxruntime.region import _cut_points, propose, region_model
+
+
+@pytest.fixture(scope="module")
+def reg():
+    return load_registry()
+
+
+def transformer_block(seed: int = 0):
+    """A small pre-norm transformer MLP/attention-like block: LayerNormalization, MatMul, Add,
+    Softmax, Gelu-by-Erf, Reshape/Transpose, ReduceMean, Where and Gather."""
+    rng = np.random.default_rng(seed)
+    b = ModelBuilder(17, "block")
+    x = b.input("x", [2, 5, 8])
+    ln = b.op("LayerNormalization", [x, b.const(rng.uniform(0.5, 1.5, 8).astype(np.float32)),
+                                     b.const(rng.normal(0, 0.1, 8).astype(np.float32))], axis=-1)
+    q = b.op("MatMul", [ln, b.const(rng.normal(0, 0.3, (8, 8)).astype(np.float32))])
+    k = b.op("MatMul", [ln, b.const(rng.normal(0, 0.3, (8, 8)).astype(np.float32))])
+    kt = b.op("Transpose", [k], perm=[0, 2, 1])
+    att = b.op("Softmax", [b.op("MatMul", [q, kt])], axis=-1)
+    ctx = b.op("MatMul", [att, ln])
+    h = b.op("Add", [x, ctx])
+    u = b.op("MatMul", [h, b.const(rng.normal(0, 0.3, (8, 16)).astype(np.float32))])
+    erf = b.op("Erf", [b.op("Div", [u, b.const(np.array(np.sqrt(2.0), np.float32))])])
+    gelu = b.op("Mul", [b.op("Mul", [u, b.op("Add", [erf, b.const(np.array(1.0, np.float32))])]),
+                        b.const(np.array(0.5, np.float32))])
+    d = b.op("MatMul", [gelu, b.const(rng.normal(0, 0.3, (16, 8)).astype(np.float32))])
+    y = b.op("Add", [h, d])
+    m = b.op("ReduceMean", [y], axes=[-1], keepdims=1)
+    pos = b.op("Greater", [y, m])
+    sel = b.op("Where", [pos, y, m])
+    flat = b.op("Reshape", [sel, b.const(np.array([10, 8], np.int64))])
+    b.output(b.op("Gather", [flat, b.const(np.array([0, 3, 9], np.int64))], axis=0))
+    return b.build()
+
+
+MODELS = {"small_cnn": small_cnn, "transformer_block": transformer_block}
+
+
+def _ort_candidates(reg, model):
+    graph = Session(model, backends=["numpy"], registry=reg, store=False).graph
+    cands = enumerate_candidates(graph, reg, ["numpy", "onnxruntime"])
+    return graph, [c for c in cands.candidates if c.impl.backend == "onnxruntime"]
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_every_onnxruntime_candidate_matches_the_reference(reg, name):
+    """Per op (single-node regions) and per region (blocks, maximal): each candidate's outputs
+    match the numpy reference within the op tolerances (the tuner's own check)."""
+    graph, cands = _ort_candidates(reg, MODELS[name]())
+    singles = [c for c in cands if len(c.nodes) == 1]
+    assert {c.nodes[0] for c in singles} == {n.name for n in graph.nodes}
+    assert any(len(c.nodes) == len(graph.nodes) for c in cands), "no maximal region"
+    for cand in cands:
+        m = measure_candidate(reg, cand, time_cap_s=0.01, warmup=0, min_repeats=1)
+        assert m.error is None, (cand.id, m.error)
+
+
+def test_squeezenet_regions_match_the_reference(reg):
+    graph, cands = _ort_candidates(reg, light_model("squeezenet", seed=0))
+    sizes = sorted({len(c.nodes) for c in cands})
+    assert sizes[0] == 1 and sizes[-1] == len(graph.nodes) and len(sizes) >= 4, sizes
+    for cand in cands:
+        if len(cand.nodes) > 1:
+            m = measure_candidate(reg, cand, time_cap_s=0.01, warmup=0, min_repeats=1)
+            assert m.error is None, (cand.id, m.error)
+
+
+def test_proposals_are_contiguous_ranges_with_one_live_tensor_at_block_cuts(reg):
+    graph = Session(light_model("resnet50", seed=0), backends=["numpy"], registry=reg, store=False).graph
+    index = {n.name: k for k, n in enumerate(graph.nodes)}
+    regions = propose(graph)
+    assert len({tuple(r) for r in regions}) == len(regions), "a region is proposed twice"
+    for r in regions:
+        ks = [index[n] for n in r]
+        assert ks == list(range(ks[0], ks[-1] + 1)), "not a contiguous range"
+    # 16 bottleneck blocks, cut after the stem's max pool and before the head
+    assert len(_cut_points(graph)) >= 16
+    assert {len(r) for r in regions} >= {1, len(graph.nodes)}
+
+
+def test_a_region_model_is_valid_onnx_with_constants_inside(reg):
+    graph = Session(small_cnn(), backends=["numpy"], registry=reg, store=False).graph
+    names = [n.name for n in graph.nodes[:4]]
+    rnode = region_node(graph, names)
+    model = region_model(rnode)
+    assert [i.name for i in model.graph.input] == [v.name for v in rnode.inputs] == ["x"]
+    assert {t.name for t in model.graph.initializer}, "weights must travel as initializers"
+    assert rnode.op_type == REGION_OP
+
+
+@pytest.mark.parametrize("name", ["squeezenet", "inception_v1"])
+def test_an_onnxruntime_plan_matches_numpy_on_real_architectures(reg, name):
+    model = light_model(name, seed=1)
+    ort_sess = Session(model, backends=["onnxruntime"], registry=reg, store=False)
+    assert ort_sess.plan.backends_used() == {"onnxruntime": len(ort_sess.graph.nodes)}
+    assert len(ort_sess.plan.steps) == 1 and ort_sess.plan.steps[0].op == REGION_OP
+    ref = Session(model, backends=["numpy"], registry=reg, store=False)
+    x = np.random.default_rng(0).standard_normal(ref.get_inputs()[0].shape).astype(np.float32)
+    feeds = {ref.get_inputs()[0].name: x}
+    np.testing.assert_allclose(ort_sess.run(None, feeds)[0], ref.run(None, feeds)[0], rtol=1e-3, atol=1e-5)
+
+
+def test_outputs_of_one_run_survive_the_next(reg):
+    """onnxruntime allocates the outputs of each run anew: a returned array is never
+    overwritten by a later run."""
+    sess = Session(small_cnn(), backends=["onnxruntime"], registry=reg, store=False)
+    a = np.random.default_rng(0).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    first = sess.run(None, {"x": a})[0]
+    kept = first.copy()
+    sess.run(None, {"x": a + 1})
+    np.testing.assert_array_equal(first, kept)
+
+
+def test_heuristic_with_onnxruntime_first_mixes_around_what_it_cannot_take(reg):
+    """Regions start where a node is uncovered; with numpy first, onnxruntime takes nothing."""
+    graph = Session(small_cnn(), backends=["numpy"], registry=reg, store=False).graph
+    numpy_first = heuristic_plan(graph, reg, ["numpy", "onnxruntime"])
+    assert set(numpy_first.backends_used()) == {"numpy"}
+    ort_first = heuristic_plan(graph, reg, ["onnxruntime", "numpy"])
+    assert [s.op for s in ort_first.steps] == [REGION_OP]
+
+
+def test_discovery_does_not_import_onnxruntime():
+    code = ("import sys; from dispatch.backend import load_registry; r = load_registry(); "
+            "assert 'onnxruntime' in r.available_backends(); "
+            "assert 'onnxruntime' not in sys.modules, 'imported at discovery'")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
