@@ -361,8 +361,23 @@ def software_fingerprint(registry: Registry, backends: Sequence[str] | None = No
             except Exception as exc:  # a broken version() must not stop planning
                 version = f"unknown ({type(exc).__name__})"
         versions[name] = version or "unknown"
-    return {"backends": versions, "opdispatch": opdispatch_version(),
-            "plan_format": PLAN_FORMAT_VERSION}
+    return {"backends": versions, "implementations": implementation_digests(registry, versions),
+            "opdispatch": opdispatch_version(), "plan_format": PLAN_FORMAT_VERSION}
+
+
+def implementation_digests(registry: Registry, backends: Sequence[str]) -> dict[str, str]:
+    """backend -> a short digest of the names of its registered implementations and layouts:
+    a plan can only be built by a process that registered what it names, and a backend's
+    Python registration can change (a new kernel wired in) without its library version
+    changing."""
+    names: dict[str, list[str]] = {b: [] for b in backends}
+    for impl in registry.implementations:
+        if impl.backend in names:
+            names[impl.backend].append(impl.name)
+    for lay in registry.layouts.layouts.values():
+        if getattr(lay, "backend", None) in names:
+            names[lay.backend].append(f"layout:{lay.name}")
+    return {b: hashlib.sha256("\n".join(sorted(n)).encode()).hexdigest()[:12] for b, n in names.items()}
 
 
 def software_digest(sw: Mapping[str, Any]) -> str:
@@ -464,10 +479,16 @@ def _software_differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> lis
         shown_a = "not used" if a is None else _without_name(name, a)
         shown_b = "not used" if b is None else _without_name(name, b)
         lines.append(f"{name}: {shown_a} -> {shown_b}")
+    a_im: Mapping[str, str] = old.get("implementations", {}) or {}
+    b_im: Mapping[str, str] = new.get("implementations", {}) or {}
+    for name in sorted(set(a_im) & set(b_im)):
+        if a_im[name] != b_im[name] and a_be.get(name) == b_be.get(name):
+            lines.append(f"{name}: registered implementations or layouts changed "
+                         f"({a_im[name]} -> {b_im[name]})")
     for field, label in (("opdispatch", "opdispatch"), ("plan_format", "plan format")):
         if old.get(field) != new.get(field):
             lines.append(f"{label}: {old.get(field)} -> {new.get(field)}")
-    for field in sorted((set(old) | set(new)) - {"backends", "opdispatch", "plan_format"}):
+    for field in sorted((set(old) | set(new)) - {"backends", "implementations", "opdispatch", "plan_format"}):
         if old.get(field) != new.get(field):
             lines.append(f"software: {field} {old.get(field)} -> {new.get(field)}")
     return lines

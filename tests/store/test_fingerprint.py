@@ -278,6 +278,28 @@ def test_software_fingerprint_includes_the_native_build_id():
     assert build_id and build_id in software_fingerprint(registry)["backends"]["native"]
 
 
+def test_a_newly_registered_implementation_changes_the_software_fingerprint():
+    """A backend's Python registration can change without its version (a kernel wired in):
+    plans naming implementations another process may not have must not be shared."""
+    from dispatch.registry import ImplTable
+
+    registry = load_registry(fresh=True)
+    before = software_fingerprint(registry)
+    table = ImplTable("numpy")
+
+    @table.register("Relu", "another_one")
+    def _relu(node):
+        """A second numpy Relu (test double)."""
+        return lambda x: np.maximum(x, 0)
+
+    registry.add_table(table)
+    after = software_fingerprint(registry)
+    assert after["backends"] == before["backends"]
+    assert after["implementations"]["numpy"] != before["implementations"]["numpy"]
+    lines = _key(software=before).explain_difference(_key(software=after))
+    assert any(line.startswith("numpy: registered implementations or layouts changed") for line in lines), lines
+
+
 # ------------------------------------------------------------------------------------------
 # plan keys
 # ------------------------------------------------------------------------------------------
