@@ -1,8 +1,8 @@
 """End-to-end latency, side by side in one run: the tuned plan (tuned once per model at the
 start of the run into a temporary store, within the default 120 s budget), the default
 (untuned) native-first plan, the all-numpy plan and onnxruntime (plain InferenceSession, all
-graph optimisations, default threads) on the resnet50 and squeezenet architectures, batch 1,
-224x224.
+graph optimisations, default threads) on the resnet50, squeezenet and inception_v1 architectures,
+batch 1, 224x224; and the whole model as one onnxruntime region through the dispatcher.
 
 Groups are per model, so pytest-benchmark's table shows the three side by side; ratios and
 medians go to bench/README.md (see bench/report.py).
@@ -20,7 +20,7 @@ import pytest
 from dispatch import Session
 from dispatch.zoo import light_model
 
-MODELS = ("resnet50", "squeezenet")
+MODELS = ("resnet50", "squeezenet", "inception_v1")
 _cache: dict = {}
 
 
@@ -68,6 +68,17 @@ def test_native_plan(benchmark, name):
     sess = Session(_model(name), backends=["native", "numpy"], store=False)
     feeds = _feeds(sess.get_inputs())
     benchmark.extra_info["plan"] = sess.plan.backends_used()
+    benchmark.pedantic(sess.run, args=(None, feeds), warmup_rounds=2, rounds=15)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_onnxruntime_plan(benchmark, name):
+    """The whole model as one onnxruntime region through the dispatcher (its overhead over a
+    plain InferenceSession is the executor's and the IO binding's)."""
+    pytest.importorskip("onnxruntime")
+    benchmark.group = f"e2e-{name}"
+    sess = Session(_model(name), backends=["onnxruntime"], store=False)
+    feeds = _feeds(sess.get_inputs())
     benchmark.pedantic(sess.run, args=(None, feeds), warmup_rounds=2, rounds=15)
 
 
