@@ -90,7 +90,6 @@ class TuneOptions:
     top_k: int = 3
     backends: Sequence[str] | None = None
     validate_runs: int = 10
-    validate_cap_s: float = 5.0
     per_candidate_cap_s: float = 0.5
     ci_target: float = 0.05
     seed: int = 0
@@ -130,7 +129,9 @@ class TuneResult:
             f"plan {self.key.digest()[:16]} stored (id {self.plan_id}); objective {self.key.objective}",
             f"measured {s['measured']} new candidate signature(s), reused {s['reused']}, "
             f"rejected {s['wrong']} wrong/failing, skipped {s['skipped_budget']} over budget; "
-            f"{s['conversions_measured']} converter cost(s)",
+            f"{s['conversions_measured']} converter cost(s) measured, {s.get('conversions_estimated', 0)} estimated",
+            f"stages: measure {s.get('measure_s', 0):.1f} s, converters {s.get('conversions_s', 0):.1f} s, "
+            f"validate {s.get('validate_s', 0):.1f} s",
             f"optimiser: {s['optimizer_method']} ({'optimal' if s['optimizer_optimal'] else 'not proven optimal'}) "
             f"in {s['optimizer_s']:.2f} s",
             "validated plans (end to end, median of runs):",
@@ -217,9 +218,12 @@ def _conversion_costs(
     sw: str,
     opts: TuneOptions,
     deadline: float,
+    estimated: list[str],
 ) -> tuple[dict[tuple[str, str, str], float | None], int]:
     """Measured cost of every conversion a plan could need: for each tensor, from each layout
-    a candidate can produce it in, to each layout a candidate wants it in."""
+    a candidate can produce it in, to each layout a candidate wants it in. Past ``deadline``
+    the conversions not yet measured are estimated from the bandwidth of those measured
+    (their signatures are appended to ``estimated``; estimates are never stored)."""
     produced: dict[str, set[str]] = {v.name: {STANDARD} for v in graph.inputs}
     wanted: dict[str, set[str]] = {v.name: {STANDARD} for v in graph.outputs}
     for c in cands:
@@ -231,6 +235,7 @@ def _conversion_costs(
     costs: dict[tuple[str, str, str], float | None] = {}
     by_shape: dict[tuple, float | None] = {}
     measured = 0
+    per_byte: list[float] = []  # seconds per byte of the conversions measured or reused
     for name, srcs in produced.items():
         v = graph.value(name)
         for src in srcs:
@@ -247,16 +252,21 @@ def _conversion_costs(
                         sig = f"convert:{src}->{dst}:{'x'.join(map(str, v.shape))}:{key[1]}"
                         label = " > ".join(c.name for c in chain)
                         hit = store.get_measurement(sig, label, hw, sw)
-                        if hit is None:
-                            cap = opts.per_candidate_cap_s if time.monotonic() < deadline else 0.02
+                        if hit is None and time.monotonic() > deadline and per_byte:
+                            # budget spent: estimate from this run's bandwidth (not stored)
+                            by_shape[key] = float(np.median(per_byte)) * v.nbytes * max(1, len(chain))
+                            estimated.append(sig)
+                        elif hit is None:
                             m = measure_conversion(registry, chain, v.shape, v.dtype, seed=opts.seed,
-                                                   time_cap_s=cap, ci_target=opts.ci_target)
+                                                   time_cap_s=opts.per_candidate_cap_s, ci_target=opts.ci_target)
                             store.put_measurement(sig, label, hw, sw, median_s=m.median_s,
                                                   spread_s=m.spread_s, samples=m.samples, error=m.error)
                             measured += 1
                             by_shape[key] = m.median_s if m.ok else None
                         else:
                             by_shape[key] = hit.median_s if hit.error is None else None
+                        if by_shape[key] is not None and v.nbytes and sig not in estimated:
+                            per_byte.append(by_shape[key] / (v.nbytes * max(1, len(chain))))
                 costs[(name, src, dst)] = by_shape[key]
     return costs, measured
 
@@ -577,12 +587,21 @@ def _tune(graph, registry, backends, store, key, hw, sw, opts, deadline, run_id,
     first = {f"{s.impl}@{'+'.join(s.nodes)}" for s in untuned.steps}
     cands = enumerate_candidates(graph, registry, backends)
     say(f"{len(cands.candidates)} candidates, {len(cands.signatures())} distinct signatures")
-    ms = _measure_all(registry, cands, first, store, hw, sw, opts, deadline)
+    # the budget: measurement until 70 %, converter costs until 85 %, then optimisation and
+    # validation (which runs at least a few rounds even when the budget is spent)
+    start = deadline - opts.budget_s
+    stage_s: dict[str, float] = {}
+    t_stage = time.monotonic()
+    ms = _measure_all(registry, cands, first, store, hw, sw, opts, start + 0.70 * opts.budget_s)
+    stage_s["measure_s"] = time.monotonic() - t_stage
     usable = [(c, ms.by_signature[c.signature]) for c in cands.candidates
               if c.signature in ms.by_signature and ms.by_signature[c.signature].ok]
     wrong = sum(1 for m in ms.by_signature.values() if not m.ok)
+    t_stage = time.monotonic()
+    estimated: list[str] = []
     conv_costs, conv_measured = _conversion_costs(
-        registry, graph, [c for c, _ in usable], store, hw, sw, opts, deadline)
+        registry, graph, [c for c, _ in usable], store, hw, sw, opts, start + 0.85 * opts.budget_s, estimated)
+    stage_s["conversions_s"] = time.monotonic() - t_stage
     by_id = {c.id: (c, m) for c, m in usable}
     alternatives: dict[str, list[tuple[Candidate, Measurement]]] = {}
     for c in cands.candidates:
@@ -626,8 +645,10 @@ def _tune(graph, registry, backends, store, key, hw, sw, opts, deadline, run_id,
     reference_plan = heuristic_plan(graph, registry, ["numpy"], overrides=reference_overrides(graph, registry))
     feeds = _random_feeds(graph, opts.seed)
     reference = Executor(graph, reference_plan, registry).run(feeds)
+    t_stage = time.monotonic()
     _validate(graph, registry, plans, feeds, reference, opts.validate_runs,
-              max(opts.validate_cap_s, deadline - time.monotonic()))
+              max(0.0, deadline - time.monotonic()))
+    stage_s["validate_s"] = time.monotonic() - t_stage
     win = _winner(plans, opts)
     win.plan.provenance = dict(win.plan.provenance, validated=[
         {"label": pc.label, "latency_ms": pc.latency_ms, "spread_ms": pc.spread_ms,
@@ -639,6 +660,7 @@ def _tune(graph, registry, backends, store, key, hw, sw, opts, deadline, run_id,
         "candidates": len(cands.candidates), "signatures": len(cands.signatures()),
         "measured": ms.measured, "reused": ms.reused, "wrong": wrong,
         "skipped_budget": len(ms.skipped), "conversions_measured": conv_measured,
+        "conversions_estimated": len(estimated), **{k: round(v, 2) for k, v in stage_s.items()},
         "optimizer_method": best.method, "optimizer_optimal": bool(best.optimal), "optimizer_s": opt_s,
     }
     plan_id = store.put_plan(key, win.plan.to_json(), latency_ms=win.latency_ms,
