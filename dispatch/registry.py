@@ -9,6 +9,13 @@ algorithm) and returns a callable run on every inference.
 Backends declare their implementations in an :class:`ImplTable` with a decorator and hand
 the table to the :class:`Registry` when they register; nothing is discovered by scanning
 module globals.
+
+A backend may also bring operators of an ONNX domain of its own (e.g. ``com.example``'s
+``FastGelu``): it registers the operator's ``onnx.defs.OpSchema`` with
+:meth:`Registry.add_op_schema` (so that models using it pass onnx's checker and shape
+inference) and the operator's reference semantics as an implementation of the reference
+backend (:data:`REFERENCE_BACKEND`, in an ``ImplTable(REFERENCE_BACKEND)`` of its own), so that
+the tuner checks its other implementations against that reference like any other operator's.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from dispatch.graph import Node, op_key
 
 if TYPE_CHECKING:
     from dispatch.backend import Backend, BackendStatus
+    from dispatch.onnx_import import ShapeFn
     from layouts.registry import LayoutRegistry
 
 #: A prepared kernel: called with one array (or ``None`` for an omitted optional input) per
@@ -39,6 +47,12 @@ SupportsFn = Callable[[Node], "str | None"]
 LayoutSpec = "tuple[str, ...] | Callable[[Node], tuple[str, ...]]"
 
 STANDARD = "std"
+
+#: The backend whose implementations define every operator's semantics: the tuner checks every
+#: candidate against its implementation and validates whole plans against an all-reference
+#: plan. A backend that brings a custom operator contributes the operator's reference
+#: implementation under this backend name.
+REFERENCE_BACKEND = "numpy"
 
 
 class Priority(enum.IntEnum):
@@ -204,6 +218,9 @@ class Registry:
     _by_op: dict[str, list[Implementation]] = field(default_factory=dict)
     _by_name: dict[str, Implementation] = field(default_factory=dict)
     backends: dict[str, BackendStatus] = field(default_factory=dict)
+    #: operators of non-default ONNX domains brought by backends, by registry key
+    #: (``domain::op_type``)
+    custom_ops: dict[str, CustomOp] = field(default_factory=dict)
 
     # -- implementations -------------------------------------------------------------
     def add_impl(self, impl: Implementation) -> None:
@@ -262,6 +279,42 @@ class Registry:
     def implementations(self) -> list[Implementation]:
         return list(self._by_name.values())
 
+    # -- custom operators ------------------------------------------------------------
+    def add_op_schema(
+        self, schema: Any, *, backend: str, infer: ShapeFn | None = None
+    ) -> CustomOp:
+        """Register the schema of an operator of a backend's own ONNX domain.
+
+        ``schema`` is an ``onnx.defs.OpSchema`` (its domain must not be one of ONNX's own);
+        ``infer`` (optional) computes its outputs' dtypes and shapes from its inputs' (see
+        :func:`dispatch.onnx_import.register_op_schema`). The schema is registered with onnx
+        for this process, so that models using the operator pass onnx's checker and shape
+        inference; with an onnx too old to register schemas the operator still imports, its
+        output shapes then come from running its reference implementation.
+        """
+        from dispatch.onnx_import import register_op_schema
+
+        name = getattr(schema, "name", None)
+        domain = getattr(schema, "domain", None)
+        if not isinstance(name, str) or not isinstance(domain, str):
+            raise RegistryError(
+                f"add_op_schema expects an onnx.defs.OpSchema, received {type(schema).__name__} "
+                f"from backend {backend!r}"
+            )
+        key = op_key(domain, name)
+        if key in self.custom_ops:
+            other = self.custom_ops[key]
+            raise RegistryError(
+                f"duplicate custom operator {key!r}: already registered by backend "
+                f"{other.backend!r}, received again from backend {backend!r}"
+            )
+        note = register_op_schema(schema, infer=infer, owner=backend)
+        op = CustomOp(domain=domain, op_type=name, since_version=int(schema.since_version),
+                      backend=backend, schema=schema, shape_inference=note,
+                      doc=(getattr(schema, "doc", "") or "").strip().split("\n")[0])
+        self.custom_ops[key] = op
+        return op
+
     # -- backends --------------------------------------------------------------------
     def available_backends(self) -> list[str]:
         return [n for n, s in self.backends.items() if s.available]
@@ -271,6 +324,28 @@ class Registry:
         if st is None or st.backend is None:
             raise RegistryError(f"unknown backend {name!r}; known: {known(self.backends)}")
         return st.backend
+
+
+@dataclass(frozen=True)
+class CustomOp:
+    """An operator of a non-default ONNX domain that a backend brings (see
+    :meth:`Registry.add_op_schema`)."""
+
+    domain: str
+    op_type: str
+    since_version: int
+    #: the backend that registered it
+    backend: str
+    #: the ``onnx.defs.OpSchema``
+    schema: Any = field(repr=False, compare=False)
+    #: how its output shapes are found at import ("onnx schema with a shape function", ...)
+    shape_inference: str = ""
+    doc: str = ""
+
+    @property
+    def key(self) -> str:
+        """The operator's registry key, ``domain::op_type``."""
+        return op_key(self.domain, self.op_type)
 
 
 def dtype_of(node: Node, i: int = 0) -> np.dtype | None:
