@@ -41,3 +41,39 @@ def sum_n(xs: Sequence[F32]) -> F32: ...
 # conv stubs
 # gemm stubs
 # pool/norm/concat stubs
+def pool2d(
+    x: F32,
+    layout: str,
+    kind: str,
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    dilations: Sequence[int],
+    pads: Sequence[int],
+    ceil_mode: bool = False,
+    count_include_pad: bool = False,
+    channels: int = -1,
+) -> F32:
+    """2-D 'max' / 'avg' pooling of a rank-4 activation in `layout` (std, nhwc, nchw8c, nchw16c;
+    blocked layouts need the logical `channels`); pads = (top, left, bottom, right)."""
+
+def global_pool(x: F32, layout: str, kind: str, channels: int = -1) -> F32:
+    """GlobalMaxPool ('max') / GlobalAveragePool ('avg'); the output keeps `layout` (std: any
+    rank >= 3)."""
+
+def channel_affine(
+    x: F32, layout: str, scale: F32 | None = None, bias: F32 | None = None, channels: int = -1
+) -> F32:
+    """x * scale[c] + bias[c] per channel in `layout` (std: rank >= 2; blocked layouts need
+    `channels` and get zero padding channels)."""
+
+def fold_batchnorm(
+    scale: F32, bias: F32, mean: F32, var: F32, epsilon: float
+) -> tuple[F32, F32]:
+    """(a, b) with a = scale / sqrt(var + epsilon), b = bias - mean * a (in double)."""
+
+def concat(xs: Sequence[np.ndarray], axis: int) -> np.ndarray:
+    """Concat of C-contiguous arrays of one fixed-size dtype along `axis`."""
+
+def concat_channels(xs: Sequence[F32], layout: str, channels: Sequence[int]) -> F32:
+    """Channel Concat of rank-4 activations in nhwc / nchw8c / nchw16c (`channels`: each
+    input's logical channel count)."""

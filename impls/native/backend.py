@@ -32,6 +32,9 @@ MODULES = (
     "gemm",
     "conv_nhwc",
     # pool/norm/concat modules
+    "pool",
+    "norm",
+    "concat",
 )
 
 

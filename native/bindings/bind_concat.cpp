@@ -51,7 +51,7 @@ void bind_concat(py::module_& m) {
     auto out_shape = first;
     out_shape[a] = 0;
     for (const auto& x : xs) {
-      if (!x.dtype().is(dt))
+      if (!x.dtype().equal(dt))  // equal, not identical: dtypes such as '<U3' are not singletons
         throw py::value_error("concat: inputs must share one dtype, received " +
                               std::string(py::str(dt)) + " and " + std::string(py::str(x.dtype())));
       const auto s = shape_of(x);

@@ -8,7 +8,9 @@
 //   specialised so the compiler sees a constant stride);
 // - nhwc: per output pixel, the channel row of every valid tap is folded into the output row
 //   (a loop over contiguous channels);
-// - nchw{B}c: per output pixel, one vector of B channels accumulated over the valid taps.
+// - nchw{B}c: like nchw, per (image, channel block) and output row, one pass per kernel tap
+//   over the output pixels whose tap is inside the input, each pixel a run of B channels (stride
+//   1: one contiguous loop over the row).
 // Wide vectors (v8f, v16f) only pass between inlined helpers of this file; the baseline build
 // notes that their ABI differs from AVX builds, which never matters here.
 #pragma GCC diagnostic ignored "-Wpsabi"
@@ -142,10 +144,27 @@ inline float fold(float acc, float v) {
     return acc + v;
 }
 
+// 128-bit pieces: GCC expands a select (a > b ? a : b) on a generic vector wider than the
+// target's registers lane by lane (scalar maxss on the baseline build, 10x slower than the
+// sums); on 128-bit pieces it is one maxps each.
+typedef float v4f __attribute__((vector_size(16)));
+
+template <class V>
+inline V vec_max(const V& a, const V& b) {
+  constexpr int kPieces = sizeof(V) / sizeof(v4f);
+  v4f x[kPieces], y[kPieces];
+  std::memcpy(x, &a, sizeof a);
+  std::memcpy(y, &b, sizeof b);
+  for (int i = 0; i < kPieces; ++i) x[i] = x[i] > y[i] ? x[i] : y[i];
+  V r;
+  std::memcpy(&r, x, sizeof r);
+  return r;
+}
+
 template <bool IsMax, class V>
 inline V fold_vec(const V& acc, const V& v) {
   if constexpr (IsMax)
-    return acc > v ? acc : v;
+    return vec_max(acc, v);
   else
     return acc + v;
 }
@@ -236,34 +255,73 @@ void pool_nhwc_impl(const float* x, float* y, i64 n, i64 c, i64 h, i64 w, const 
 
 // ---- nchw{B}c ---------------------------------------------------------------------------------
 
-template <bool IsMax, int B, class V>
+// yrow[o] = fold(yrow[o], xrow[o * S + a]) for pixels o in [lo, hi) of B channels each; S > 0
+// is a compile-time stride (S == 1: one contiguous loop over the row), S == 0 reads `s`.
+template <bool IsMax, int B, int S>
+inline void fold_tap_blocked(float* __restrict yrow, const float* __restrict xrow, i64 a, i64 s,
+                             i64 lo, i64 hi) {
+  if constexpr (S == 1) {
+    const float* src = xrow + a * B;
+    for (i64 i = lo * B; i < hi * B; ++i) yrow[i] = fold<IsMax>(yrow[i], src[i]);
+  } else {
+    const i64 st = S > 0 ? S : s;
+    for (i64 o = lo; o < hi; ++o) {
+      float* __restrict dst = yrow + o * B;
+      const float* __restrict src = xrow + (o * st + a) * B;
+      for (int j = 0; j < B; ++j) dst[j] = fold<IsMax>(dst[j], src[j]);
+    }
+  }
+}
+
+template <bool IsMax, int B, int S>
 void pool_blocked_impl(const float* x, float* y, i64 n, i64 c, i64 h, i64 w,
                        const Pool2dParams& p) {
   const AxisPlan ph = plan_axis(p, 0, h), pw = plan_axis(p, 1, w);
-  const i64 oh = ph.out, ow = pw.out, dh = p.dilation[0], dw = p.dilation[1];
+  const i64 oh = ph.out, ow = pw.out, kw = p.kernel[1];
+  const i64 sw = p.stride[1], dh = p.dilation[0], dw = p.dilation[1];
   const i64 cb = cdiv(c, B), tail = c % B;
+  // per kernel column: offset (in pixels) into the input row and the output pixels it touches
+  std::vector<i64> a(kw), lo(kw), hi(kw);
+  for (i64 kx = 0; kx < kw; ++kx) {
+    a[kx] = kx * dw - p.pad_begin[1];
+    lo[kx] = a[kx] >= 0 ? 0 : std::min(ow, cdiv(-a[kx], sw));
+    hi[kx] = w - 1 - a[kx] < 0 ? 0 : std::min(ow, (w - 1 - a[kx]) / sw + 1);
+    hi[kx] = std::max(hi[kx], lo[kx]);
+  }
   const std::vector<float> inv = IsMax ? std::vector<float>() : inverse_divisors(ph, pw);
-  const V init = splat<V>(IsMax ? kNegInf : 0.0f);
-  const i64 taps = p.kernel[0] * p.kernel[1];
+  const float init = IsMax ? kNegInf : 0.0f;
+  const i64 taps = p.kernel[0] * kw;
   for_items(n * cb * oh, n * cb * oh * ow * B * taps, [&](i64 t) {
     const i64 bk = t / oh, oy = t % oh;  // bk = batch * cb + channel block
     const float* plane = x + bk * h * w * B;
     float* yrow = y + t * ow * B;
-    const i64 rlo = ph.lo[oy], rhi = ph.hi[oy];
-    for (i64 ox = 0; ox < ow; ++ox) {
-      const i64 clo = pw.lo[ox], chi = pw.hi[ox];
-      V acc = init;
-      for (i64 ky = rlo; ky < rhi; ++ky) {
-        const float* px = plane + ((ph.start[oy] + ky * dh) * w + pw.start[ox]) * B;
-        for (i64 kx = clo; kx < chi; ++kx) acc = fold_vec<IsMax>(acc, load<V>(px + kx * dw * B));
-      }
-      if constexpr (!IsMax) acc *= splat<V>(inv[oy * ow + ox]);
-      store(yrow + ox * B, acc);
-      // a window entirely in the padding yields -inf / NaN; the padding channels stay zero
-      if (tail && (rlo == rhi || clo == chi) && bk % cb == cb - 1)
-        std::fill(yrow + ox * B + tail, yrow + (ox + 1) * B, 0.0f);
+    std::fill(yrow, yrow + ow * B, init);
+    for (i64 ky = ph.lo[oy]; ky < ph.hi[oy]; ++ky) {
+      const float* xrow = plane + (ph.start[oy] + ky * dh) * w * B;
+      for (i64 kx = 0; kx < kw; ++kx)
+        fold_tap_blocked<IsMax, B, S>(yrow, xrow, a[kx], sw, lo[kx], hi[kx]);
     }
+    if constexpr (!IsMax) {
+      const float* irow = inv.data() + oy * ow;
+      for (i64 o = 0; o < ow; ++o)
+        for (int j = 0; j < B; ++j) yrow[o * B + j] *= irow[o];
+    }
+    // a window entirely in the padding yields -inf / NaN; the padding channels stay zero
+    if (tail && bk % cb == cb - 1)
+      for (i64 o = 0; o < ow; ++o)
+        if (ph.lo[oy] == ph.hi[oy] || pw.lo[o] == pw.hi[o])
+          std::fill(yrow + o * B + tail, yrow + (o + 1) * B, 0.0f);
   });
+}
+
+template <bool IsMax, int B>
+void pool_blocked_stride(const float* x, float* y, i64 n, i64 c, i64 h, i64 w,
+                         const Pool2dParams& p) {
+  switch (p.stride[1]) {
+    case 1: pool_blocked_impl<IsMax, B, 1>(x, y, n, c, h, w, p); break;
+    case 2: pool_blocked_impl<IsMax, B, 2>(x, y, n, c, h, w, p); break;
+    default: pool_blocked_impl<IsMax, B, 0>(x, y, n, c, h, w, p); break;
+  }
 }
 
 // ---- global pooling ---------------------------------------------------------------------------
@@ -374,14 +432,16 @@ i64 pool_output_size(const Pool2dParams& p, int axis, i64 n) {
   const i64 s = p.stride[axis], pb = p.pad_begin[axis];
   const i64 extent = (p.kernel[axis] - 1) * p.dilation[axis] + 1;
   const i64 span = n + pb + p.pad_end[axis] - extent;
+  // floor division (span may be negative: a window longer than the padded input)
+  auto floordiv = [](i64 a, i64 b) { return a >= 0 ? a / b : -((-a + b - 1) / b); };
   i64 out = -1;
-  if (span >= 0) {
-    if (p.ceil_mode) {
-      out = cdiv(span, s) + 1;
-      if ((out - 1) * s >= n + pb) --out;  // the last window must start inside the input
-    } else {
-      out = span / s + 1;
-    }
+  if (p.ceil_mode) {
+    // ceil(span / s) + 1: with -s < span < 0 one window still starts inside the input and
+    // runs past the end padding (ONNX, onnxruntime and PyTorch agree)
+    out = floordiv(span + s - 1, s) + 1;
+    if (out > 0 && (out - 1) * s >= n + pb) --out;  // the last window must start inside the input
+  } else if (span >= 0) {
+    out = span / s + 1;
   }
   if (out < 1)
     throw std::invalid_argument(
@@ -414,11 +474,11 @@ void pool2d_blocked(const float* x, float* y, i64 n, i64 c, i64 h, i64 w, const 
   check_dims(n, c, h, w);
   const bool mx = p.kind == PoolKind::max;
   if (block == 8)
-    mx ? pool_blocked_impl<true, 8, v8f>(x, y, n, c, h, w, p)
-       : pool_blocked_impl<false, 8, v8f>(x, y, n, c, h, w, p);
+    mx ? pool_blocked_stride<true, 8>(x, y, n, c, h, w, p)
+       : pool_blocked_stride<false, 8>(x, y, n, c, h, w, p);
   else
-    mx ? pool_blocked_impl<true, 16, v16f>(x, y, n, c, h, w, p)
-       : pool_blocked_impl<false, 16, v16f>(x, y, n, c, h, w, p);
+    mx ? pool_blocked_stride<true, 16>(x, y, n, c, h, w, p)
+       : pool_blocked_stride<false, 16>(x, y, n, c, h, w, p);
 }
 
 void global_pool_nchw(PoolKind kind, const float* x, float* y, i64 n, i64 c, i64 spatial) {

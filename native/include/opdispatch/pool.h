@@ -39,8 +39,9 @@ void check_pool_params(const Pool2dParams& p);
 
 // Output size along axis `axis` (0: height, 1: width) for an input extent `n`: ONNX's formula
 // floor((n + pads - dilated kernel) / stride) + 1, rounded up with ceil_mode as long as the last
-// window starts inside the input or its leading padding. Throws std::invalid_argument when the
-// output would be empty.
+// window starts inside the input or its leading padding (with ceil_mode a window longer than the
+// padded input by less than a stride still gives one output). Throws std::invalid_argument when
+// the output would be empty.
 std::int64_t pool_output_size(const Pool2dParams& p, int axis, std::int64_t n);
 
 // y (N, C, OH, OW) = pool of x (N, C, H, W); threads over planes.
@@ -51,7 +52,7 @@ void pool2d_nchw(const float* x, float* y, std::int64_t n, std::int64_t c, std::
 void pool2d_nhwc(const float* x, float* y, std::int64_t n, std::int64_t c, std::int64_t h,
                  std::int64_t w, const Pool2dParams& p);
 
-// y (N, CB, OH, OW, B) = pool of x (N, CB, H, W, B), CB = ceil(c / block); one vector of B
+// y (N, CB, OH, OW, B) = pool of x (N, CB, H, W, B), CB = ceil(c / block); runs of B
 // channels per pixel, threads over (batch, channel block, output row).
 void pool2d_blocked(const float* x, float* y, std::int64_t n, std::int64_t c, std::int64_t h,
                     std::int64_t w, const Pool2dParams& p, int block);
