@@ -44,7 +44,8 @@ def test_tune_stores_a_valid_plan_and_session_reuses_it(tmp_path, reg):
     # every node is covered once, and losing candidates carry their measured times
     covered = [n for s in result.plan.steps for n in s.nodes]
     assert sorted(covered) == sorted(n.name for n in Session(small_cnn(), registry=reg, store=False).graph.nodes)
-    conv_step = next(s for s in result.plan.steps if s.op.split("+")[0] == "Conv")  # maybe fused
+    conv = next(n.name for n in Session(small_cnn(), registry=reg, store=False).graph.nodes if n.op_type == "Conv")
+    conv_step = result.plan.step_for(conv)  # maybe a fused pattern or a region
     assert conv_step.cost_ms is not None and any("lost:" in r.reason for r in conv_step.rejected)
 
     sess = Session(small_cnn(), registry=reg, store=store)
