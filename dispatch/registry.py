@@ -91,6 +91,13 @@ class Implementation:
     doc: str = ""
     #: op types of the chain a fused implementation covers (empty for single-node ones)
     pattern: tuple[str, ...] = ()
+    #: a region implementation's proposer: ``propose(graph) -> [[node name, ...], ...]``,
+    #: the convex node sets it offers to run as one step (see dispatch.fusion.region_node)
+    propose: Callable[[Any], list[list[str]]] | None = None
+
+    @property
+    def is_region(self) -> bool:
+        return self.propose is not None
 
     def supports(self, node: Node) -> str | None:
         """``None`` when this implementation can run ``node``, else the reason it cannot."""
@@ -193,6 +200,38 @@ class ImplTable:
 
         return deco
 
+    def register_region(
+        self,
+        variant: str,
+        *,
+        propose: Callable[[Any], list[list[str]]],
+        priority: int = Priority.DEFAULT,
+        supports: SupportsFn | None = None,
+    ) -> Callable[[BuildFn], BuildFn]:
+        """Decorate the build function of a region implementation ``Region.{backend}.{variant}``:
+        ``propose(graph)`` lists the convex node sets it offers (several granularities, so the
+        tuner can mix it with other backends); ``supports`` and ``build`` receive the region's
+        :class:`dispatch.fusion.FusedNode` (op type ``Region``). Regions read and write the
+        standard layout."""
+        from dispatch.fusion import REGION_OP
+
+        def deco(build: BuildFn) -> BuildFn:
+            self.add(
+                Implementation(
+                    name=f"{REGION_OP}.{self.backend}.{variant}",
+                    op=REGION_OP,
+                    backend=self.backend,
+                    build=build,
+                    priority=int(priority),
+                    supports_fn=supports,
+                    doc=(build.__doc__ or "").strip().split("\n")[0],
+                    propose=propose,
+                )
+            )
+            return build
+
+        return deco
+
     def add(self, impl: Implementation) -> None:
         if impl.backend != self.backend:
             raise RegistryError(
@@ -259,6 +298,15 @@ class Registry:
             i for i in self._by_name.values()
             if i.pattern and (backends is None or i.backend in backends)
         ]
+
+    def regions(self, backends: Sequence[str] | None = None) -> list[Implementation]:
+        """Region implementations (subgraph backends), optionally of ``backends`` only, in
+        that order."""
+        found = [i for i in self._by_name.values() if i.is_region and (backends is None or i.backend in backends)]
+        if backends is not None:
+            rank = {b: k for k, b in enumerate(backends)}
+            found.sort(key=lambda i: (rank[i.backend], -i.priority))
+        return found
 
     def has_op(self, op: str) -> bool:
         return op in self._by_op
