@@ -74,12 +74,18 @@ def cmd_backends(args: argparse.Namespace) -> int:
     from dispatch.config import Config
 
     cfg = Config.load({"plugin_path": args.plugin_path})
-    reg = load_registry(cfg.plugin_path or None)
+    reg = load_registry(cfg.plugin_path or None, order=cfg.backend_order)
     rows = [("backend", "status", "version", "layouts", "impls", "origin")]
     for name, st in reg.backends.items():
         status = "available" if st.available else f"unavailable: {st.reason}"
         rows.append((name, status, st.version or "-", ",".join(st.layouts) or "-", str(st.implementations), st.origin))
     print(_table(rows, max_width=70))
+    unavailable = [(name, st) for name, st in reg.backends.items() if not st.available]
+    if unavailable:  # the table cuts long reasons; here they are whole
+        print()
+        for name, st in unavailable:
+            lost = getattr(st, "lost_to", None)
+            print(f"{name}: unavailable: {st.reason}" + (f" (lost to {lost!r})" if lost else ""))
     if args.verbose:
         print()
         rows = [("implementation", "op", "backend", "priority", "description")]
@@ -190,6 +196,7 @@ def cmd_example(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     from dispatch.cli_plans import add_parser as add_plans_parser
+    from dispatch.cli_report import add_parsers as add_report_parsers
     from dispatch.zoo import LIGHT_MODELS
 
     p = argparse.ArgumentParser(prog="opdispatch", description="Tuning-driven operator dispatcher for ONNX models.")
@@ -234,6 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.set_defaults(fn=cmd_tune)
 
     add_plans_parser(sub)
+    add_report_parsers(sub)
 
     e = sub.add_parser("example", help="write an example model (onnx's light architectures, random weights)")
     e.add_argument("name", choices=LIGHT_MODELS)

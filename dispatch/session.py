@@ -150,7 +150,7 @@ class Session:
         self._check_tuning_arguments(plan, overrides, store, tune, require_plan, tune_budget_s,
                                      tune_options)
         self.config = config or Config.load()
-        self.registry = registry or load_registry(self.config.plugin_path or None)
+        self.registry = registry or load_registry(self.config.plugin_path or None, order=self.config.backend_order)
         order = list(backends) if backends is not None else list(self.config.backend_order)
         if backends is None:
             # the configured order first, then every other available backend

@@ -544,7 +544,7 @@ def tune(
     opts = options or TuneOptions()
     config = config or Config.load()
     objective = objective_key(opts)
-    registry = registry or load_registry(config.plugin_path or None)
+    registry = registry or load_registry(config.plugin_path or None, order=config.backend_order)
     say = log or (lambda _msg: None)
     available = registry.available_backends()
     if opts.backends:
