@@ -1,8 +1,12 @@
-"""``opdispatch plans``: list, show, export, import and prune the plans of a plan store.
+"""``opdispatch plans``: list, show, export, import, prune and diff the plans of a plan store.
 
 Every subcommand takes ``--store PATH`` (default: the configured ``store_path``). Reading
-commands (list, show, export) open the store read-only and never create it. Bundles are the
-JSON written by :meth:`tuner.store.PlanStore.export_plans`: data only, validated on import.
+commands (list, show, export, diff) open the store read-only and never create it. Bundles are
+the JSON written by :meth:`tuner.store.PlanStore.export_plans`: data only, validated on import.
+``plans diff A B`` compares two plans, each given as a plan id in the store, a plan JSON file
+(``plans show ID --json``, ``run --output DIR``'s plan.json), a bundle holding one plan, or
+``BUNDLE.json#ID`` for one plan of a bundle: plans from two machines or two software versions
+are compared by exporting them.
 """
 
 from __future__ import annotations
@@ -290,6 +294,87 @@ def cmd_prune(args: argparse.Namespace) -> int:
     return 0
 
 
+def _plan_side(arg: str, store_arg: str | None, stores: dict[str, PlanStore]) -> Any:
+    """A ``plans diff`` operand: a plan id in ``--store``, a plan JSON file, a bundle with one
+    plan, or ``BUNDLE.json#ID`` for the plan with that id in a bundle of several."""
+    from dispatch.plan import Plan
+    from tuner.fingerprint import PlanKey
+    from tuner.report import PlanSide
+    from tuner.store import validate_bundle
+
+    if arg.isdigit():
+        if "store" not in stores:
+            stores["store"] = _open(store_arg, readonly=True)
+        stored = stores["store"].plan_by_id(int(arg))
+        return PlanSide(stored.plan(), f"plan {stored.id}", stored.key, stored.latency_ms,
+                        stored.peak_bytes)
+    path, _, wanted = arg.partition("#")
+    src = Path(path)
+    if not src.is_file():
+        raise PlansUsageError(
+            f"{arg!r} is neither a plan id (an integer) nor an existing file (a plan JSON, a "
+            f"bundle, or BUNDLE.json#ID)")
+    try:
+        data = json.loads(src.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError, OSError) as exc:
+        raise PlansUsageError(f"{path!r} is not a JSON plan or plan bundle ({exc})") from None
+    if isinstance(data, dict) and "format" in data:
+        validate_bundle(data)
+        entries = data["plans"]
+        if wanted:
+            if not wanted.isdigit():
+                raise PlansUsageError(f"{arg!r}: expected BUNDLE.json#ID with an integer ID")
+            entries = [e for e in entries if e.get("id") == int(wanted)]
+            if not entries:
+                ids = ", ".join(str(e.get("id")) for e in data["plans"])
+                raise PlansUsageError(f"{path!r} holds no plan with id {wanted}; its ids: {ids}")
+        elif len(entries) != 1:
+            ids = ", ".join(str(e.get("id")) for e in entries)
+            raise PlansUsageError(f"{path!r} holds {len(entries)} plans (ids {ids}); pick one "
+                                  f"with {path}#ID")
+        e = entries[0]
+        k = e["key"]
+        key = PlanKey(model=k["model"], inputs=k["inputs"], hardware=k["hardware"],
+                      software=k["software"], objective=k["objective"])
+        label = f"{src.name}#{e.get('id')}" if e.get("id") is not None else src.name
+        return PlanSide(Plan.from_dict(e["plan"]), label, key, e.get("latency_ms"),
+                        e.get("peak_bytes"))
+    if wanted:
+        raise PlansUsageError(f"{arg!r}: #ID selects a plan of a bundle, and {path!r} is a plan")
+    if not isinstance(data, dict):
+        raise PlansUsageError(f"{path!r} is not a plan (a JSON object), received "
+                              f"{type(data).__name__}")
+    plan = Plan.from_dict(data)
+    win = next((v for v in plan.provenance.get("validated") or []
+                if v.get("label") == plan.provenance.get("winner")), {})
+    return PlanSide(plan, src.name, None, win.get("latency_ms"), win.get("peak_bytes"))
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    """Per node, what changed between two plans and why, with the time deltas."""
+    from tuner.report import diff_plans
+
+    stores: dict[str, PlanStore] = {}
+    try:
+        a = _plan_side(args.a, args.store, stores)
+        b = _plan_side(args.b, args.store, stores)
+    finally:
+        for s in stores.values():
+            s.close()
+    if a.label == b.label:
+        a.label, b.label = f"A ({a.label})", f"B ({b.label})"
+    text = diff_plans(a, b).render(args.format, all_nodes=args.all)
+    if args.output:
+        try:
+            Path(args.output).write_text(text)
+        except OSError as exc:
+            raise PlansUsageError(f"cannot write {args.output!r}: {exc}") from None
+        print(f"diff written to {args.output}")
+    else:
+        print(text, end="")
+    return 0
+
+
 # ------------------------------------------------------------------------------------------
 # parser
 # ------------------------------------------------------------------------------------------
@@ -297,7 +382,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
 
 def add_parser(sub: Any) -> None:
     """Add ``plans`` and its subcommands to the ``opdispatch`` subparsers ``sub``."""
-    p = sub.add_parser("plans", help="list, show, export, import and prune stored plans")
+    p = sub.add_parser("plans", help="list, show, export, import, prune and diff stored plans")
     psub = p.add_subparsers(dest="plans_command", required=True)
 
     def store_arg(q: argparse.ArgumentParser) -> None:
@@ -330,6 +415,17 @@ def add_parser(sub: Any) -> None:
     q.add_argument("bundle", metavar="BUNDLE.json")
     store_arg(q)
     q.set_defaults(fn=cmd_import)
+
+    q = psub.add_parser("diff", help="per node, what changed between two plans and why, with "
+                                     "the time deltas")
+    q.add_argument("a", metavar="A", help="plan id in --store, a plan JSON file, or a bundle "
+                                          "(BUNDLE.json#ID picks one of several)")
+    q.add_argument("b", metavar="B", help="the same for the second plan")
+    q.add_argument("--all", action="store_true", help="list every node, not only those that changed")
+    q.add_argument("--format", choices=["text", "markdown", "csv", "json"], default="text")
+    q.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
+    store_arg(q)
+    q.set_defaults(fn=cmd_diff)
 
     q = psub.add_parser("prune", help="delete stale or old plans, printing what was removed")
     q.add_argument("--stale", action="store_true",

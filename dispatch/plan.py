@@ -19,12 +19,15 @@ import heapq
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dispatch.errors import PlanError, UnsupportedOpError, known
 from dispatch.fusion import REGION_OP, FusedNode, fuse, match_chain, region_node, step_node
 from dispatch.graph import Graph, Node
 from dispatch.registry import STANDARD, Implementation, Registry
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 PLAN_FORMAT_VERSION = 1
 
@@ -93,6 +96,18 @@ class Plan:
         for s in self.steps:
             counts[s.backend] = counts.get(s.backend, 0) + len(s.nodes)
         return counts
+
+    def report(self, graph: Graph | None = None, *, store: Any = None,
+               registry: Registry | None = None) -> pd.DataFrame:
+        """A pandas DataFrame, one row per node in execution order (name, op, shapes,
+        implementation, backend, layouts, measured median and spread, share of the total,
+        runner-up and its time, every rejected candidate with its reason) and one per
+        converter. Pass the ``graph`` (shapes, candidates) and the plan ``store`` (a path or
+        ``tuner.store.PlanStore``: the measurements) for the full report; the summary, the
+        renderings and the rest are in :func:`tuner.report.build_report`."""
+        from tuner.report import report  # lazily: pandas and the tuner stay off the core path
+
+        return report(self, graph, store=store, registry=registry)
 
     # -- serialisation -----------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
