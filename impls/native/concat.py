@@ -19,13 +19,12 @@ import numpy as np
 from dispatch.graph import Node
 from dispatch.registry import STANDARD, Priority
 from impls.native._module import native
+from impls.native.common import Kernel
 from impls.native.layouts import BLOCKS
 from impls.native.table import impls
 
 #: Layouts of the channel Concat (the standard layout takes every axis).
 CHANNEL_LAYOUTS = ("nhwc", *BLOCKS)
-
-Kernel = Callable[..., np.ndarray]
 
 
 def _inputs_reason(node: Node) -> str | None:

@@ -28,9 +28,15 @@ import numpy as np
 from dispatch.graph import Node
 from dispatch.registry import STANDARD, Priority
 from impls.native._module import native
+from impls.native.common import INF, Kernel
+from impls.native.common import as_f32 as _c
+from impls.native.common import cdiv as _cdiv
+from impls.native.common import clip_bounds as _clip_bounds
+from impls.native.common import conv_base_reason as _base_reason
+from impls.native.common import conv_of as _conv_of
 from impls.native.layouts import BACKEND
 from impls.native.table import impls
-from impls.numpy.conv import window_attrs, window_reason
+from impls.numpy.conv import window_attrs
 from layouts.registry import Layout, LayoutRegistry
 
 NHWC = "nhwc"
@@ -46,17 +52,6 @@ PATTERNS: tuple[tuple[str, ...], ...] = (
     ("Conv", "Sum", "Relu"),
 )
 RESIDUAL_OPS = ("Add", "Sum")
-INF = float("inf")
-
-Kernel = Callable[..., np.ndarray]
-
-
-def _c(x: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(x, dtype=np.float32)
-
-
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 # -- packed weight layout --------------------------------------------------------------------
@@ -91,15 +86,6 @@ def register_layouts(layouts: LayoutRegistry) -> None:
 # -- geometry and checks ---------------------------------------------------------------------
 
 
-def _conv_of(node: Node) -> Node:
-    nodes = getattr(node, "nodes", None)
-    return nodes[0] if nodes else node
-
-
-def _static4(shape: Any) -> bool:
-    return shape is not None and len(shape) == 4 and all(isinstance(d, int | np.integer) for d in shape)
-
-
 def conv_geometry(conv: Node) -> dict[str, Any]:
     """Kernel, strides, dilations, pads (top, left, bottom, right) and group of a 2-D Conv
     with static shapes, auto_pad resolved."""
@@ -117,36 +103,6 @@ def conv_geometry(conv: Node) -> dict[str, Any]:
     }
 
 
-def _base_reason(conv: Node) -> str | None:
-    """Why a Conv node is outside what every variant here handles, or ``None``."""
-    x, w = conv.input(0), conv.input(1)
-    if x is None or w is None:
-        return "Conv needs inputs X and W"
-    for i in (0, 1, 2):
-        v = conv.input(i)
-        if v is not None and (v.dtype is None or np.dtype(v.dtype) != np.float32):
-            return f"needs float32 inputs, input {i} has dtype {v.dtype}"
-    if not (_static4(x.shape) and _static4(w.shape)):
-        return f"only 2-D convolutions with static shapes (X {x.shape}, W {w.shape})"
-    reason = window_reason(conv, 2)
-    if reason:
-        return reason
-    group = int(conv.attr("group", 1))
-    m, cg, kh, kw = w.shape
-    if group < 1 or m % group or x.shape[1] != cg * group:
-        return f"W {w.shape} does not match X {x.shape} with group={group}"
-    kernel = conv.attr("kernel_shape")
-    if kernel is not None and tuple(int(k) for k in kernel) != (kh, kw):
-        return f"kernel_shape {list(kernel)} does not match W {w.shape}"
-    b = conv.input(2)
-    if b is not None and tuple(b.shape or ()) != (m,):
-        return f"bias B must have shape ({m},), received {b.shape}"
-    oh, ow = conv_geometry(conv)["out"]
-    if oh < 1 or ow < 1 or x.shape[0] < 1:
-        return f"empty output ({x.shape[0]}, {m}, {oh}, {ow})"
-    return None
-
-
 def _variant_reason(kind: str, conv: Node) -> str | None:
     xs, ws = conv.input(0).shape, conv.input(1).shape
     g = conv_geometry(conv)
@@ -161,22 +117,6 @@ def _variant_reason(kind: str, conv: Node) -> str | None:
         return (f"needs a 1x1 kernel, stride 1, no padding and group 1, received kernel "
                 f"{g['kernel']}, strides {g['strides']}, pads {g['pads']}, group {group}")
     return None
-
-
-def _clip_bounds(clip: Node) -> tuple[float, float] | None:
-    """(lo, hi) of a Clip from its attributes (opset < 11) or constant inputs, else None."""
-    if clip.opset < 11:
-        return float(clip.attr("min", -INF)), float(clip.attr("max", INF))
-    bounds = []
-    for i, default in ((1, -INF), (2, INF)):
-        v = clip.input(i)
-        if v is None:
-            bounds.append(default)
-        elif v.const is None:
-            return None
-        else:
-            bounds.append(float(np.asarray(v.const).reshape(())))
-    return bounds[0], bounds[1]
 
 
 def _pattern_reason(node: Node) -> str | None:

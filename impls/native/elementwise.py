@@ -14,6 +14,8 @@ import numpy as np
 from dispatch.graph import Node
 from dispatch.registry import STANDARD, Priority
 from impls.native._module import native
+from impls.native.common import as_f32 as _c
+from impls.native.common import clip_bounds as _clip_bounds
 from impls.native.layouts import BLOCKS
 from impls.native.table import impls
 
@@ -27,10 +29,6 @@ def _f32(v) -> bool:
     return v is not None and v.dtype is not None and np.dtype(v.dtype) == np.float32
 
 
-def _c(x: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(x, dtype=np.float32)
-
-
 def _unary_supports(layout: str):
     def check(node: Node) -> str | None:
         x = node.input(0)
@@ -41,22 +39,6 @@ def _unary_supports(layout: str):
         return None
 
     return check
-
-
-def _clip_bounds(node: Node):
-    """(lo, hi) from attributes (opset < 11) or constant inputs; None when not constant."""
-    if node.opset < 11:
-        return float(node.attr("min", -np.inf)), float(node.attr("max", np.inf))
-    bounds = []
-    for i, default in ((1, -np.inf), (2, np.inf)):
-        v = node.input(i)
-        if v is None:
-            bounds.append(default)
-        elif v.const is None:
-            return None
-        else:
-            bounds.append(float(np.asarray(v.const).reshape(())))
-    return tuple(bounds)
 
 
 for _lay in LAYOUTS:

@@ -33,6 +33,10 @@ import numpy as np
 from dispatch.graph import Node
 from dispatch.registry import STANDARD, Priority
 from impls.native._module import native
+from impls.native.common import INF, Kernel
+from impls.native.common import as_f32 as _c
+from impls.native.common import cdiv as _cdiv
+from impls.native.common import clip_bounds as _clip_bounds
 from impls.native.layouts import BACKEND
 from impls.native.table import impls
 from layouts.registry import Layout, LayoutRegistry
@@ -40,17 +44,6 @@ from layouts.registry import Layout, LayoutRegistry
 NR = 16
 KN = "KN16_packed"
 NK = "NK16_packed"
-INF = float("inf")
-
-Kernel = Callable[..., np.ndarray]
-
-
-def _c(x: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(x, dtype=np.float32)
-
-
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 # -- packed B layouts ------------------------------------------------------------------------
@@ -118,22 +111,6 @@ def _f32_reason(node: Node, idx: tuple[int, ...]) -> str | None:
         if v is not None and v.shape is None:
             return f"needs static shapes, input {i} has none"
     return None
-
-
-def _clip_bounds(clip: Node) -> tuple[float, float] | None:
-    """(lo, hi) of a Clip from its attributes (opset < 11) or constant inputs, else None."""
-    if clip.opset < 11:
-        return float(clip.attr("min", -INF)), float(clip.attr("max", INF))
-    bounds = []
-    for i, default in ((1, -INF), (2, INF)):
-        v = clip.input(i)
-        if v is None:
-            bounds.append(default)
-        elif v.const is None:
-            return None
-        else:
-            bounds.append(float(np.asarray(v.const).reshape(())))
-    return bounds[0], bounds[1]
 
 
 def _activation(node: Node) -> tuple[str, float, float]:

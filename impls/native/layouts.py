@@ -16,14 +16,11 @@ from collections.abc import Callable
 import numpy as np
 
 from impls.native._module import native
+from impls.native.common import as_f32 as _c
 from layouts.registry import Layout, LayoutRegistry
 
 BACKEND = "native"
 BLOCKS = {"nchw8c": 8, "nchw16c": 16}
-
-
-def _c(x: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(x, dtype=np.float32)
 
 
 def blocked_shape(shape: tuple[int, ...], block: int) -> tuple[int, ...]:

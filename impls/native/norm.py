@@ -24,6 +24,8 @@ import numpy as np
 from dispatch.graph import Node
 from dispatch.registry import STANDARD, Priority
 from impls.native._module import native
+from impls.native.common import Kernel
+from impls.native.common import as_f32 as _c
 from impls.native.layouts import BLOCKS
 from impls.native.table import impls
 
@@ -34,12 +36,6 @@ CHANNEL_OPS = {"Mul": "scale", "Add": "bias"}
 #: Inputs 1-4 of BatchNormalization, folded when the plan is built.
 PARAMS = ("scale", "B", "input_mean", "input_var")
 DEFAULT_EPSILON = 1e-5
-
-Kernel = Callable[..., np.ndarray]
-
-
-def _c(x: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(x, dtype=np.float32)
 
 
 def _training_reason(node: Node) -> str | None:

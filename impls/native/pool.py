@@ -26,6 +26,8 @@ import numpy as np
 from dispatch.graph import Node
 from dispatch.registry import STANDARD, Priority
 from impls.native._module import native
+from impls.native.common import Kernel
+from impls.native.common import as_f32 as _c
 from impls.native.layouts import BLOCKS
 from impls.native.table import impls
 from impls.numpy.conv import Window, window_attrs, window_reason
@@ -35,12 +37,6 @@ LAYOUTS = (STANDARD, "nhwc", *BLOCKS)
 #: ONNX op -> the kernel's pooling kind.
 WINDOW_OPS = {"MaxPool": "max", "AveragePool": "avg"}
 GLOBAL_OPS = {"GlobalMaxPool": "max", "GlobalAveragePool": "avg"}
-
-Kernel = Callable[..., np.ndarray]
-
-
-def _c(x: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(x, dtype=np.float32)
 
 
 def _static(shape: Any) -> bool:
