@@ -584,7 +584,17 @@ def tune(
 
 def _tune(graph, registry, backends, store, key, hw, sw, opts, deadline, run_id, say) -> TuneResult:
     untuned = heuristic_plan(graph, registry, backends)
-    first = {f"{s.impl}@{'+'.join(s.nodes)}" for s in untuned.steps}
+    # the untuned plan and each backend's own untuned plan (the backend first, numpy for what
+    # it cannot run) compete in validation; their candidates are measured first, whatever the
+    # budget, so that a complete annotated plan exists for each
+    baselines = [("untuned (heuristic)", untuned)]
+    for b in backends:
+        try:
+            plan = heuristic_plan(graph, registry, [b] if b == "numpy" else [b, "numpy"])
+        except OpDispatchError:
+            continue
+        baselines.append(("numpy only" if b == "numpy" else f"{b} first", plan))
+    first = {f"{s.impl}@{'+'.join(s.nodes)}" for _, plan in baselines for s in plan.steps}
     cands = enumerate_candidates(graph, registry, backends)
     say(f"{len(cands.candidates)} candidates, {len(cands.signatures())} distinct signatures")
     # the budget: measurement until 70 %, converter costs until 85 %, then optimisation and
@@ -635,12 +645,21 @@ def _tune(graph, registry, backends, store, key, hw, sw, opts, deadline, run_id,
         plans.append(PlanCandidate(f"alternative {k + 1}", _plan_from(
             graph, registry, _ids(alt), by_id, alternatives, rejected, dict(provenance, optimizer={
                 "method": alt.method, "optimal": alt.optimal, "predicted_s": alt.total})), alt.total))
-    # the untuned plan competes too, annotated with the same measurements as the others
-    untuned_ids = [f"{s.impl}@{'+'.join(s.nodes)}" for s in untuned.steps]
-    if all(i in by_id for i in untuned_ids):
-        untuned = _plan_from(graph, registry, untuned_ids, by_id, alternatives, rejected,
-                             dict(provenance, optimizer=None, baseline=untuned.provenance))
-    plans.append(PlanCandidate("untuned (heuristic)", untuned, None))
+    # the baselines compete too, annotated with the same measurements as the others: the
+    # winner is then measured against every single-backend plan, not predicted to beat it
+    seen_plans: set[tuple] = set()
+    for label, plan in baselines:
+        ids = [f"{s.impl}@{'+'.join(s.nodes)}" for s in plan.steps]
+        if tuple(ids) in seen_plans:
+            continue
+        seen_plans.add(tuple(ids))
+        tuned_provenance = dict(provenance, optimizer=None, baseline=plan.provenance)
+        if all(i in by_id for i in ids):
+            plan = _plan_from(graph, registry, ids, by_id, alternatives, rejected, tuned_provenance)
+        else:  # some of its candidates were not measured (budget) or failed: as it is
+            plan = Plan(graph=plan.graph, steps=plan.steps, conversions=plan.conversions,
+                        provenance=tuned_provenance)
+        plans.append(PlanCandidate(label, plan, None))
 
     reference_plan = heuristic_plan(graph, registry, ["numpy"], overrides=reference_overrides(graph, registry))
     feeds = _random_feeds(graph, opts.seed)
