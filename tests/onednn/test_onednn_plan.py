@@ -127,3 +127,26 @@ def test_onednn_plan_matches_numpy_on_real_architectures(name):
     feeds = {i.name: _x(i.shape, 2) for i in sess.get_inputs()}
     for a, b in zip(sess.run(None, feeds), base.run(None, feeds)):
         np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-4)
+
+
+def test_without_the_native_backend_onednn_registers_the_shared_layouts():
+    """With no native backend, oneDNN registers nhwc / nchw8c / nchw16c itself (oneDNN
+    reorders as converters), and plans through them still match numpy."""
+    from dispatch.backend import _activate
+    from dispatch.registry import Registry
+    from impls.numpy.backend import NumpyBackend
+    from layouts.registry import LayoutRegistry
+    from layouts.standard import standard_layout
+
+    reg = Registry(layouts=LayoutRegistry())
+    reg.layouts.add_layout(standard_layout())
+    _activate(reg, NumpyBackend, "test")
+    _activate(reg, OneDnnBackend, "test")
+    assert reg.backends["onednn"].available, reg.backends["onednn"].reason
+    for name in ("nhwc", "nchw8c", "nchw16c"):
+        assert reg.layouts.layout(name).backend == "onednn"
+        x = _x((2, 20, 3, 5))
+        (to,) = reg.layouts.path("std", name, x.shape, np.float32)
+        (back,) = reg.layouts.path(name, "std", x.shape, np.float32)
+        np.testing.assert_array_equal(back(to(x, x.shape), x.shape), x)
+    _compare(small_cnn(), {"x": _x((1, 3, 16, 16))}, reg)
