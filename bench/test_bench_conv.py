@@ -39,17 +39,18 @@ def test_gemm_peak(benchmark):
     benchmark.pedantic(np.matmul, args=(a, b), warmup_rounds=1, rounds=7)
 
 
-@pytest.mark.parametrize("shape", SHAPES, ids=IDS)
-def test_native(benchmark, shape):
-    """The fastest native implementation of the layer (each supporting one is timed once
-    briefly; the best is then benchmarked)."""
+def _fastest(benchmark, shape, backend: str) -> None:
+    """Benchmark the fastest ``backend`` implementation of the layer (each supporting one is
+    timed once briefly; the best is then benchmarked), inputs already in its layouts."""
     import time
 
     reg = _registry()
+    if backend not in reg.available_backends():
+        pytest.skip(f"backend {backend} is unavailable: {reg.backends.get(backend) and reg.backends[backend].reason}")
     node = shape.node
-    impls = [i for i in reg.impls_for("Conv", ["native"]) if i.supports(node) is None]
+    impls = [i for i in reg.impls_for("Conv", [backend]) if i.supports(node) is None]
     if not impls:
-        pytest.skip("no native implementation supports this layer")
+        pytest.skip(f"no {backend} implementation supports this layer")
     best = None
     for impl in impls:
         ins = []
@@ -76,6 +77,18 @@ def test_native(benchmark, shape):
     benchmark.group = f"conv {shape.label}"
     benchmark.extra_info.update(flops=shape.flops, impl=impl.name, layouts=list(impl.input_layouts(node)))
     benchmark.pedantic(kernel, args=tuple(ins), warmup_rounds=2, rounds=15)
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=IDS)
+def test_native(benchmark, shape):
+    """The fastest native implementation of the layer."""
+    _fastest(benchmark, shape, "native")
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=IDS)
+def test_onednn(benchmark, shape):
+    """The fastest oneDNN implementation of the layer (primitive created once; kernel only)."""
+    _fastest(benchmark, shape, "onednn")
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=IDS)
