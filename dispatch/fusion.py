@@ -126,7 +126,7 @@ def region_node(graph: Graph, names: Sequence[str]) -> FusedNode:
         op_type=REGION_OP,
         inputs=list(inputs),
         outputs=outputs,
-        attrs={},
+        attrs={"whole_graph": len(nodes) == len(graph.nodes)},
         domain="",
         opset=nodes[0].opset,
         nodes=nodes,

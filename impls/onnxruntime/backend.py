@@ -34,8 +34,8 @@ class OnnxRuntimeBackend(Backend):
         return f"onnxruntime {importlib.metadata.version('onnxruntime')}"
 
     def configure(self, config: Config) -> None:
-        """Intra-op threads of the sessions built from now on (0: onnxruntime's default, every
-        physical core)."""
+        """Intra-op threads of the sessions built from now on (0: every core this process may
+        use)."""
         from impls.onnxruntime import region
 
         region.SETTINGS["intra_op_threads"] = int(config.threads or 0)
