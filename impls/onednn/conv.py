@@ -17,8 +17,10 @@ exactly as oneDNN wants them and constant weights once, when it is built:
 
 Groups (depthwise included), strides, pads, dilations and ``auto_pad`` (resolved to explicit
 pads) are supported. Fused patterns, per variant: Conv+Relu and Conv+Clip (eltwise post-op),
-Conv+Add / Conv+Sum (sum post-op: the residual, in the output's layout, is copied into the
-output first) and Conv+Add+Relu / Conv+Sum+Relu. The primitive and any weight reorder are
+Conv+Add / Conv+Sum (the residual, in the output's layout, is read in place by a binary-add
+post-op where oneDNN has an optimised kernel with it — the jit kernels behind nchw16c —, else
+added by the sum post-op after a copy into the output: brgconv's nhwc kernels in oneDNN 2.6)
+and Conv+Add+Relu / Conv+Sum+Relu. The primitive and any weight reorder are
 created in the build function, once per plan; runs wrap the arrays without copying them.
 """
 

@@ -55,6 +55,8 @@ class Conv:
     weights_shape: list[int]
     weights_format: str
     weights_in_place: bool
+    #: the residual is read in place (binary-add post-op), else copied for the sum post-op
+    residual_in_place: bool
     impl: str
     def __init__(
         self,

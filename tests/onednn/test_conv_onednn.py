@@ -168,6 +168,8 @@ def test_every_fused_pattern_matches_reference(xs, ws, attrs, pattern):
     for impl in ok:
         (y,) = run_in_layouts(impl, fused, inputs)
         np.testing.assert_allclose(y, ref, rtol=1e-4, atol=conv_tol(x, w), err_msg=impl.name)
+        if any(op in ("Add", "Sum") for op in pattern):  # either way of adding the residual
+            assert isinstance(impl.build(fused).primitive.residual_in_place, bool)
 
 
 def test_every_pattern_is_registered_for_every_variant():

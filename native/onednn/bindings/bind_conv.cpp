@@ -102,6 +102,7 @@ void bind_conv(py::module_& m) {
       .def_property_readonly("weights_shape", &Conv::weights_shape)
       .def_property_readonly("weights_format", &Conv::weights_format)
       .def_property_readonly("weights_in_place", &Conv::weights_in_place)
+      .def_property_readonly("residual_in_place", &Conv::residual_in_place)
       .def_property_readonly("impl", &Conv::impl);
 }
 

@@ -27,7 +27,10 @@ memory::desc md_or_any(const Dims& dims, const std::string& tag) {
 dnnl::primitive_attr post_attributes(const PostOps& p) {
   dnnl::primitive_attr attr;
   dnnl::post_ops po;
-  if (p.sum) po.append_sum(1.0f);
+  if (p.sum && !p.residual_md.is_zero())
+    po.append_binary(dnnl::algorithm::binary_add, p.residual_md);
+  else if (p.sum)
+    po.append_sum(1.0f);
   if (p.eltwise == "relu") {
     compat::append_eltwise(po, dnnl::algorithm::eltwise_relu, 0.f, 0.f);
   } else if (p.eltwise == "clip") {
@@ -108,8 +111,24 @@ Conv::Conv(const ConvSpec& s, const std::string& src_tag, const std::string& dst
   validate(s);
   const Dims wdims = conv_weight_dims(s);
   given_wei_md_ = make_md(wdims, weights_tag);
-  auto pd = make_pd(s, make_md({s.n, s.c, s.h, s.w}, src_tag), md_or_any(wdims, "any"),
-                    make_md({s.n, s.m, s.oh(), s.ow()}, dst_tag));
+  const memory::desc src = make_md({s.n, s.c, s.h, s.w}, src_tag);
+  const memory::desc dst = make_md({s.n, s.m, s.oh(), s.ow()}, dst_tag);
+  auto pd = make_pd(s, src, md_or_any(wdims, "any"), dst);
+  if (s.post.sum) {
+    // prefer reading the residual in place (binary-add post-op) when oneDNN has an optimised
+    // kernel for it; else keep the sum post-op on a copy of the residual
+    ConvSpec b = s;
+    b.post.residual_md = dst;
+    try {
+      auto pb = make_pd(b, src, md_or_any(wdims, "any"), dst);
+      const std::string impl = pb.impl_info_str();
+      if (impl.rfind("ref", 0) != 0 && pb.weights_desc() == pd.weights_desc()) {
+        pd = pb;
+        spec_ = b;
+      }
+    } catch (const std::exception&) {
+    }
+  }
   src_md_ = pd.src_desc();
   wei_md_ = pd.weights_desc();
   dst_md_ = pd.dst_desc();
@@ -159,11 +178,14 @@ void Conv::run(const float* x, const float* w, const float* b, const float* resi
     execute(wei_reorder_, {{DNNL_ARG_FROM, src}, {DNNL_ARG_TO, dst}});
     wp = scratch.data();
   }
-  if (spec_.post.sum) std::memcpy(y, residual, dst_md_.get_size());
+  if (spec_.post.sum && !residual_in_place()) std::memcpy(y, residual, dst_md_.get_size());
   std::unordered_map<int, memory> args{
       {DNNL_ARG_SRC, wrap(src_md_, x)},
       {DNNL_ARG_WEIGHTS, wrap(wei_md_, wp)},
       {DNNL_ARG_DST, wrap(dst_md_, y)}};
+  if (residual_in_place())
+    args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1,
+                 wrap(spec_.post.residual_md, residual));
   if (spec_.bias) args.emplace(DNNL_ARG_BIAS, wrap(bias_md_, b));
   execute(prim_, args);
 }

@@ -14,6 +14,9 @@ struct PostOps {
   std::string eltwise;
   float alpha = 0.f;
   float beta = 0.f;
+  // When set (a concrete dst descriptor), the residual is added by a binary-add post-op that
+  // reads it in place, instead of the sum post-op (which needs it copied into dst first).
+  memory::desc residual_md;
 };
 
 // The primitive attributes of a post-op chain (sum first, then the eltwise); throws
@@ -65,6 +68,8 @@ class Conv {
   void set_weights(const float* w, const std::string& tag);
   bool has_weights() const { return !packed_.empty(); }
   bool weights_in_place() const { return in_place_; }
+  // Whether the residual is read in place by a binary-add post-op (else: sum post-op on a copy).
+  bool residual_in_place() const { return !spec_.post.residual_md.is_zero(); }
 
   // y = post(conv(x, w) + b [+ residual]); `w` may be null after set_weights(); `b` is
   // required iff spec.bias; `residual` (dst format) iff spec.post.sum.
