@@ -25,6 +25,7 @@ with ``memory_cap_bytes`` (the fastest validated plan whose peak fits).
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import sys
 import time
@@ -423,8 +424,10 @@ def _validate(
     time_cap_s: float,
 ) -> None:
     """Run every plan end to end: its outputs must match the reference plan's; then time the
-    valid ones interleaved, one run of each per round, so that machine noise (another process,
-    a frequency change) hits them alike instead of favouring whichever ran in a quiet moment.
+    valid ones interleaved, one untimed and one timed run of each per round, so that machine
+    noise (another process, a frequency change) hits them alike instead of favouring whichever
+    ran in a quiet moment, while the untimed run keeps one plan's leftovers out of the next
+    plan's time.
     At least ``runs`` rounds (fewer only past ``time_cap_s``), then rounds until the 95%
     confidence intervals of the medians stop overlapping or the cap is spent."""
     ready: list[tuple[PlanCandidate, Executor]] = []
@@ -449,6 +452,8 @@ def _validate(
     rounds = 0
     while True:
         for k, (_, ex) in enumerate(ready):
+            ex.run(feeds)  # untimed: absorbs what the previous plan left behind (caches, other
+            # libraries' spinning threads), as a production process runs one plan back to back
             t0 = time.perf_counter()
             ex.run(feeds)
             times[k].append(time.perf_counter() - t0)
@@ -461,6 +466,8 @@ def _validate(
     for (pc, _), t in zip(ready, times):
         q1, med, q3 = np.percentile(t, [25, 50, 75])
         pc.latency_ms, pc.spread_ms = float(med * 1e3), float((q3 - q1) * 1e3)
+    ready.clear()
+    gc.collect()  # free the executors now: their libraries' thread pools must not outlive them
 
 
 def _separated(times: Sequence[Sequence[float]]) -> bool:
