@@ -4,7 +4,7 @@
     python bench/report.py bench.json
 
 Sections: the GEMM peak; per-layer Conv GFLOP/s (best native implementation, numpy im2col,
-onnxruntime) with ratios and fractions of peak; converter GB/s against a plain copy; and the
+onnxruntime, best oneDNN implementation) with ratios and fractions of peak; converter GB/s against a plain copy; and the
 remaining groups (end to end) as medians side by side with ratios to onnxruntime.
 """
 
@@ -58,14 +58,17 @@ def conv_table(df: pd.DataFrame, peak: float | None) -> str:
         nat, impl = gflops("native")
         npy, _ = gflops("numpy_im2col")
         ort, _ = gflops("onnxruntime")
+        dnn, dimpl = gflops("onednn")
         out.append({
             "layer": group.removeprefix("conv "),
             "native impl": impl.removeprefix("Conv.native.") if impl else "-",
             "native GFLOP/s": nat,
             "numpy GFLOP/s": npy,
             "ort GFLOP/s": ort,
+            "onednn GFLOP/s": dnn,
             "native/ort": nat / ort if nat and ort else None,
             "native/numpy": nat / npy if nat and npy else None,
+            "onednn/ort": dnn / ort if dnn and ort else None,
             "native % peak": 100 * nat / peak if nat and peak else None,
         })
     table = pd.DataFrame(out).round(2)

@@ -151,7 +151,7 @@ class Plan:
         for s in self.steps:
             rows.append(
                 (
-                    "+".join(s.nodes),
+                    step_label(s.nodes),
                     s.op,
                     s.impl,
                     s.backend,
@@ -173,6 +173,13 @@ class Plan:
             "  ".join(col[: widths[k]].ljust(widths[k]) for k, col in enumerate(r)).rstrip()
             for r in rows
         )
+
+
+def step_label(nodes: Sequence[str]) -> str:
+    """How a step's nodes are shown: ``a+b+c`` for a few, ``a..z (N nodes)`` for a region."""
+    if len(nodes) <= 3:
+        return "+".join(nodes)
+    return f"{nodes[0]}..{nodes[-1]} ({len(nodes)} nodes)"
 
 
 # ------------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ import pytest
 
 from dispatch import Session
 from dispatch.backend import load_registry
+from dispatch.plan import step_label
 from tests.builders import ModelBuilder, small_cnn
 from tuner.store import PlanStore
 from tuner.tune import TuneOptions, tune
@@ -170,7 +171,7 @@ def test_plans_list_and_show(store, tuned_store):
     assert result.key.digest() in res.stdout and "tuning run" in res.stdout
     assert "provenance" in res.stdout and "validated end to end" in res.stdout
     for step in result.plan.steps:
-        assert step.impl in res.stdout and "+".join(step.nodes) in res.stdout
+        assert step.impl in res.stdout and step_label(step.nodes) in res.stdout
 
     res = cli("plans", "show", str(result.plan_id), "--json", "--store", str(store))
     assert res.returncode == 0, res.stderr
