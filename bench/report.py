@@ -58,7 +58,7 @@ def conv_table(df: pd.DataFrame, peak: float | None) -> str:
         nat, impl = gflops("native")
         npy, _ = gflops("numpy_im2col")
         ort, _ = gflops("onnxruntime")
-        dnn, dimpl = gflops("onednn")
+        dnn, _ = gflops("onednn")
         out.append({
             "layer": group.removeprefix("conv "),
             "native impl": impl.removeprefix("Conv.native.") if impl else "-",

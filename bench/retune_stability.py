@@ -1,6 +1,8 @@
 """Re-tuning stability (issue 4, item 6): tune the same model several times on this machine,
 each time into a fresh store (nothing reused), then time every resulting plan side by side,
-interleaved round by round so that machine noise hits them alike.
+interleaved round by round so that machine noise hits them alike: per round, each plan runs
+twice untimed (absorbing the previous plan's leftovers, e.g. another session's spinning
+thread pool) and then three times timed (the round's figure is their median).
 
     python bench/retune_stability.py resnet50 squeezenet --tunes 5 --rounds 30
 
@@ -53,9 +55,14 @@ def stability(name: str, tunes: int, rounds: int, budget_s: float) -> str:
     times: list[list[float]] = [[] for _ in sessions]
     for _ in range(rounds):
         for k, s in enumerate(sessions):
-            t0 = time.perf_counter()
-            s.run(None, feeds)
-            times[k].append(time.perf_counter() - t0)
+            for _ in range(2):  # untimed: absorb the previous plan's leftovers (spinning pools)
+                s.run(None, feeds)
+            block = []
+            for _ in range(3):
+                t0 = time.perf_counter()
+                s.run(None, feeds)
+                block.append(time.perf_counter() - t0)
+            times[k].append(float(np.median(block)))
     medians = [float(np.median(t)) * 1e3 for t in times]
     first = runs[0]["signature"]
     table = pd.DataFrame([{
