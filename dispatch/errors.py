@@ -43,7 +43,22 @@ class PlanError(OpDispatchError):
 
 
 class KernelError(OpDispatchError):
-    """An implementation raised while running; names the node, implementation and backend."""
+    """An implementation raised while running; names the node, implementation and backend.
+
+    Attributes (``None`` when not known, e.g. for a build failure):
+        node: the label of the failing call (node name, fused ``a+b``, or ``convert ...``).
+        impl: the implementation (or converter chain) that failed.
+        backend: its backend.
+    """
+
+    def __init__(
+        self, message: str, *, node: str | None = None, impl: str | None = None,
+        backend: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.node = node
+        self.impl = impl
+        self.backend = backend
 
 
 class ConfigError(OpDispatchError):

@@ -19,6 +19,7 @@ from dispatch.errors import KernelError, PlanError
 from dispatch.fusion import REGION_OP, step_node
 from dispatch.graph import Graph
 from dispatch.plan import Plan
+from dispatch.plan_check import validate_plan
 from dispatch.registry import STANDARD, Registry
 
 
@@ -52,6 +53,9 @@ class Executor:
     """A prepared, repeatedly runnable plan."""
 
     def __init__(self, graph: Graph, plan: Plan, registry: Registry) -> None:
+        """Check ``plan`` against ``graph`` and ``registry`` (:func:`validate_plan`: a
+        tampered or stale plan raises :class:`PlanError` and nothing is built), then build."""
+        validate_plan(plan, graph, registry)
         self.graph = graph
         self.plan = plan
         self._slots: dict[tuple[str, str], int] = {}
@@ -254,14 +258,17 @@ class Executor:
                     t0 = time.perf_counter()
                     self._invoke(calls[k], slots)
                     timings.append(time.perf_counter() - t0)
-        except KernelError:
+        except KernelError as exc:
+            if exc.node is None and k >= 0:
+                exc.node, exc.impl, exc.backend = calls[k].label, calls[k].impl, calls[k].backend
             raise
         except Exception as exc:
             call = calls[k]
             what = "converter" if call.kind == "convert" else "implementation"
             raise KernelError(
                 f"node {call.label!r}: {what} {call.impl} (backend {call.backend}) raised "
-                f"{type(exc).__name__}: {exc}"
+                f"{type(exc).__name__}: {exc}",
+                node=call.label, impl=call.impl, backend=call.backend,
             ) from exc
         names = output_names if output_names is not None else list(self._output_slots)
         return [slots[self._output_slots[n]] for n in names]  # type: ignore[misc]

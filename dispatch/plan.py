@@ -118,18 +118,35 @@ class Plan:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Plan:
+        """A plan from its JSON data; anything but the plan's own structure of plain JSON
+        values (unknown or missing fields, wrong types) raises :class:`PlanError`."""
+        if not isinstance(data, Mapping):
+            raise PlanError(f"a plan must be a JSON object, received {type(data).__name__}")
         try:
             version = int(data.get("version", -1))
             if version != PLAN_FORMAT_VERSION:
                 raise PlanError(
                     f"plan format version {version} is not supported; expected {PLAN_FORMAT_VERSION}"
                 )
-            steps = [
-                PlanStep(**{**s, "rejected": [Rejected(**r) for r in s.get("rejected", [])]})
-                for s in data["steps"]
+            _data_fields(data, cls, "plan")
+            if not isinstance(data["graph"], str):
+                raise PlanError(f"plan: graph must be a string, received {type(data['graph']).__name__}")
+            provenance = data.get("provenance", {})
+            if not isinstance(provenance, dict):
+                raise PlanError(f"plan: provenance must be a JSON object, received {type(provenance).__name__}")
+            steps = []
+            for k, s in enumerate(_data_list(data["steps"], "plan: steps")):
+                _data_fields(s, PlanStep, f"plan step {k}")
+                rejected = [
+                    Rejected(**_data_fields(r, Rejected, f"plan step {k}, rejected {j}"))
+                    for j, r in enumerate(_data_list(s.get("rejected", []), f"plan step {k}: rejected"))
+                ]
+                steps.append(PlanStep(**{**s, "rejected": rejected}))
+            convs = [
+                Conversion(**_data_fields(c, Conversion, f"plan conversion {k}"))
+                for k, c in enumerate(_data_list(data["conversions"], "plan: conversions"))
             ]
-            convs = [Conversion(**c) for c in data["conversions"]]
-            return cls(str(data["graph"]), steps, convs, dict(data.get("provenance", {})), version)
+            return cls(data["graph"], steps, convs, dict(provenance), version)
         except PlanError:
             raise
         except (KeyError, TypeError, ValueError) as exc:
@@ -173,6 +190,54 @@ class Plan:
             "  ".join(col[: widths[k]].ljust(widths[k]) for k, col in enumerate(r)).rstrip()
             for r in rows
         )
+
+
+#: JSON types allowed per field of the plan's dataclasses (anything else is rejected)
+_FIELD_TYPES: dict[str, tuple[type, ...]] = {
+    "nodes": (list,), "op": (str,), "impl": (str,), "backend": (str,), "layouts_in": (list,),
+    "layouts_out": (list,), "why": (str,), "rejected": (list,), "cost_ms": (int, float, type(None)),
+    "value": (str,), "src": (str,), "dst": (str,), "chain": (list,), "consumers": (list,),
+    "cost_bytes": (int, float), "at_build": (bool,), "reason": (str,), "graph": (str,),
+    "steps": (list,), "conversions": (list,), "provenance": (dict,), "version": (int,),
+}
+#: list fields whose items must be strings
+_STRING_LISTS = {"nodes", "layouts_in", "layouts_out", "chain", "consumers"}
+
+
+def _data_list(value: Any, where: str) -> list:
+    if not isinstance(value, list):
+        raise PlanError(f"{where} must be a JSON list, received {type(value).__name__}")
+    return value
+
+
+def _data_fields(data: Any, kind: type, where: str) -> Any:
+    """Check that ``data`` is a JSON object holding exactly the fields of dataclass ``kind``
+    (the optional ones may be absent) with plain JSON values of the expected types."""
+    from dataclasses import MISSING, fields
+
+    if not isinstance(data, dict):
+        raise PlanError(f"{where} must be a JSON object, received {type(data).__name__}")
+    names = {f.name for f in fields(kind)}
+    required = {f.name for f in fields(kind) if f.default is MISSING and f.default_factory is MISSING}
+    unknown = sorted(set(data) - names)
+    missing = sorted(required - set(data))
+    if unknown or missing:
+        raise PlanError(
+            f"{where}: unknown field(s) {unknown}, missing field(s) {missing}; expected the "
+            f"fields {sorted(names)}"
+        )
+    for key, value in data.items():
+        allowed = _FIELD_TYPES.get(key)
+        if allowed is None:
+            continue
+        bad = not isinstance(value, allowed) or (bool not in allowed and isinstance(value, bool))
+        if not bad and key in _STRING_LISTS:
+            bad = not all(isinstance(x, str) for x in value)
+        if bad:
+            want = " or ".join("null" if t is type(None) else t.__name__ for t in allowed)
+            what = "a list of strings" if key in _STRING_LISTS else want
+            raise PlanError(f"{where}: field {key!r} must be {what}, received {value!r:.80}")
+    return data
 
 
 def step_label(nodes: Sequence[str]) -> str:

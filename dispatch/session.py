@@ -24,7 +24,14 @@ from onnx import helper
 
 from dispatch.backend import load_registry
 from dispatch.config import Config
-from dispatch.errors import ArgumentError, FeedError, OpDispatchError, PlanError, PlanNotFoundError
+from dispatch.errors import (
+    ArgumentError,
+    FeedError,
+    KernelError,
+    OpDispatchError,
+    PlanError,
+    PlanNotFoundError,
+)
 from dispatch.executor import Executor
 from dispatch.graph import Graph
 from dispatch.onnx_import import ModelLike, import_model
@@ -39,6 +46,8 @@ if TYPE_CHECKING:
 
 #: The values ``Session(tune=...)`` accepts.
 TUNE_MODES = (None, "first-run")
+#: The values ``Session(on_error=...)`` accepts.
+ON_ERROR_MODES = ("raise", "fallback")
 #: ``TuneOptions`` fields a Session sets itself (from its objective and backends).
 _SESSION_TUNE_FIELDS = ("objective", "memory_cap_bytes", "backends", "budget_s")
 
@@ -51,6 +60,25 @@ class IOInfo:
     shape: list[int]
     type: str
     dtype: np.dtype
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One run-time failure of an implementation that ``on_error="fallback"`` recovered from.
+
+    Attributes:
+        node: the failing call's label (node name, fused ``a+b``, or ``convert ...``).
+        implementation: the implementation (or converter chain) that raised.
+        backend: its backend.
+        error: ``"ExceptionType: message"`` of the failure.
+        time: when it happened (``time.time()``, seconds since the epoch).
+    """
+
+    node: str
+    implementation: str
+    backend: str
+    error: str
+    time: float
 
 
 def _type_string(dtype: np.dtype) -> str:
@@ -113,6 +141,16 @@ class Session:
         tune_options: a ``tuner.tune.TuneOptions`` whose settings (``top_k``,
             ``validate_runs``, ``per_candidate_cap_s``, ...) tuning from this session uses;
             the objective and backends always come from the session.
+        on_error: what :meth:`run` does when an implementation raises at run time.
+            ``"raise"`` (default): raise :class:`~dispatch.errors.KernelError` naming the
+            node, implementation and backend. ``"fallback"``: record the fault in
+            :attr:`faults`, warn (``RuntimeWarning``, once per implementation) and return the
+            outputs of the numpy reference plan (see :meth:`run`).
+
+    Every plan (given, stored or tuned) is checked against the graph and the registry before
+    it is built (:func:`dispatch.plan_check.validate_plan`): a given plan that fails raises
+    :class:`~dispatch.errors.PlanError`; a stored one that fails is not used, the session runs
+    the untuned plan and :attr:`plan_note` says why (``require_plan=True`` raises instead).
 
     Without ``plan`` or ``overrides``, a plan tuned on this machine with this software for this
     model structure, input shapes and objective is taken from the store, and nothing is
@@ -127,6 +165,9 @@ class Session:
         plan_key: the key the session's plan is looked up and stored under (``None`` when no
             store was consulted).
         tune_result: the ``TuneResult`` of the last tuning by this session, else ``None``.
+        on_error: ``"raise"`` or ``"fallback"`` (see above).
+        faults: the :class:`Fault` records of the run-time failures recovered from with
+            ``on_error="fallback"``, oldest first.
     """
 
     def __init__(
@@ -145,8 +186,18 @@ class Session:
         require_plan: bool = False,
         tune_budget_s: float | None = None,
         tune_options: TuneOptions | None = None,
+        on_error: str = "raise",
     ) -> None:
         t0 = time.perf_counter()
+        if on_error not in ON_ERROR_MODES:
+            raise ArgumentError(
+                f"on_error must be one of {', '.join(map(repr, ON_ERROR_MODES))}, received {on_error!r}"
+            )
+        self.on_error = on_error
+        self.faults: list[Fault] = []
+        self._warned_impls: set[str] = set()
+        self._reference_executor: Executor | None = None
+        self._fallback_lock = threading.Lock()
         self._check_tuning_arguments(plan, overrides, store, tune, require_plan, tune_budget_s,
                                      tune_options)
         self.config = config or Config.load()
@@ -467,10 +518,68 @@ class Session:
             with self._tune_lock:
                 if self._tune_on_first_run:
                     self._tune_on_first_run = False  # tune once, even if it fails
-                    outputs = self.executor.run(arrays, names)
+                    outputs = self._execute(arrays, names)
                     self._tune_after_first_run(arrays, names, outputs)
                     return outputs
-        return self.executor.run(arrays, names)
+        return self._execute(arrays, names)
+
+    def _execute(self, feeds: Mapping[str, np.ndarray], names: list[str] | None) -> list[np.ndarray]:
+        """Run the session's executor; with ``on_error="fallback"`` a run-time failure of an
+        implementation re-runs the whole model on the numpy reference plan.
+
+        Why the whole run and not just the failing step: the reference plan
+        (``heuristic_plan(graph, registry, ["numpy"], overrides=reference_overrides(...))``,
+        built once, lazily, on the first fault) keeps every tensor in the standard layout,
+        so no step's inputs have to be converted out of, nor its outputs back into, the
+        layouts the failing plan uses, and a fused step or a region needs no special case:
+        the recovery path is the simplest correct one, at the price of a slower run while
+        faults last. Faults are rare and are recorded (:attr:`faults`) and warned about
+        (once per implementation), so that the plan can be fixed or re-tuned.
+        """
+        try:
+            return self.executor.run(feeds, names)
+        except KernelError as exc:
+            if self.on_error != "fallback":
+                raise
+            fault = Fault(node=exc.node or "?", implementation=exc.impl or "?",
+                          backend=exc.backend or "?", error=str(exc), time=time.time())
+            self.faults.append(fault)
+            try:
+                reference = self._reference()
+            except KernelError as none:
+                raise KernelError(f"{exc}; {none}", node=exc.node, impl=exc.impl,
+                                  backend=exc.backend) from exc
+            if fault.implementation not in self._warned_impls:
+                self._warned_impls.add(fault.implementation)
+                warnings.warn(
+                    f"opdispatch: {fault.implementation} (backend {fault.backend}) failed on node "
+                    f"{fault.node!r}, running the numpy reference plan instead: {exc}",
+                    RuntimeWarning, stacklevel=3,
+                )
+            try:
+                return reference.run(feeds, names)
+            except KernelError as again:
+                raise KernelError(
+                    f"{exc}; the numpy reference plan run as a fallback failed too: {again}",
+                    node=exc.node, impl=exc.impl, backend=exc.backend,
+                ) from again
+
+    def _reference(self) -> Executor:
+        """The executor of the numpy reference plan, built on first use."""
+        with self._fallback_lock:
+            if self._reference_executor is None:
+                from tuner.measure import reference_overrides
+
+                try:
+                    overrides = reference_overrides(self.graph, self.registry)
+                    plan = heuristic_plan(self.graph, self.registry, ["numpy"], overrides=overrides)
+                    self._reference_executor = Executor(self.graph, plan, self.registry)
+                except (LookupError, OpDispatchError) as exc:
+                    raise KernelError(
+                        f"on_error='fallback' needs the numpy reference plan of model "
+                        f"{self.graph.name!r}, which cannot be built: {type(exc).__name__}: {exc}"
+                    ) from exc
+            return self._reference_executor
 
     def _check_outputs(self, output_names: Sequence[str] | None) -> list[str] | None:
         if output_names is None:

@@ -1,0 +1,158 @@
+"""Plan integrity: a plan is checked against the current registry and graph before it runs.
+
+A plan may come from the plan store, a bundle, or a caller (``Session(model, plan=...)``); it
+is data that may have been edited, truncated or written by another version. Before any
+executor is built, :func:`validate_plan` checks that
+
+* the plan names this graph, and every graph node is covered by exactly one step (no node
+  missing, none unknown, none twice);
+* every step's implementation exists in the registry, belongs to the backend the step names,
+  and matches the step's nodes: a single node's op, a fused implementation's pattern (the
+  nodes must form that chain), a region implementation only on ``"Region"`` steps and only
+  there;
+* every step's layouts equal what the implementation declares for those nodes
+  (``impl.input_layouts(node)`` / ``impl.output_layouts(node)``);
+* every conversion names an existing value and registered layouts, and its chain names
+  existing converters that lead from its ``src`` to its ``dst``.
+
+The first problem found raises :class:`~dispatch.errors.PlanError` naming the step (or
+conversion) and what was expected; a rejected plan is never executed.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from dispatch.errors import OpDispatchError, PlanError, known
+from dispatch.fusion import REGION_OP, step_node
+from dispatch.graph import Graph, Node
+from dispatch.plan import Conversion, Plan, PlanStep, step_label
+from dispatch.registry import Implementation, Registry
+
+
+def validate_plan(plan: Plan, graph: Graph, registry: Registry) -> None:
+    """Raise :class:`PlanError` unless ``plan`` can run ``graph`` with ``registry`` (see the
+    module docstring for every check)."""
+    if not isinstance(plan, Plan):
+        raise PlanError(f"expected a dispatch.plan.Plan, received {type(plan).__name__}")
+    if plan.graph != graph.name:
+        raise PlanError(f"the plan is for graph {plan.graph!r}; expected graph {graph.name!r}")
+    if not isinstance(plan.steps, list) or not isinstance(plan.conversions, list):
+        raise PlanError(
+            f"plan steps and conversions must be lists, received {type(plan.steps).__name__} "
+            f"and {type(plan.conversions).__name__}"
+        )
+    _check_coverage(plan, graph)
+    for k, step in enumerate(plan.steps):
+        _check_step(k, step, graph, registry)
+    for k, conv in enumerate(plan.conversions):
+        _check_conversion(k, conv, graph, registry)
+
+
+def _where(k: int, step: PlanStep) -> str:
+    return f"step {k} ({step_label(step.nodes)}, {step.impl})"
+
+
+def _check_coverage(plan: Plan, graph: Graph) -> None:
+    for k, step in enumerate(plan.steps):
+        if not isinstance(step, PlanStep):
+            raise PlanError(f"step {k}: expected a PlanStep, received {type(step).__name__}")
+        if not isinstance(step.nodes, list) or not step.nodes or not all(isinstance(n, str) for n in step.nodes):
+            raise PlanError(f"step {k}: nodes must be a non-empty list of node names, received {step.nodes!r}")
+        for name, value in (("op", step.op), ("impl", step.impl), ("backend", step.backend)):
+            if not isinstance(value, str):
+                raise PlanError(f"step {k}: {name} must be a string, received {type(value).__name__}")
+        for name, value in (("layouts_in", step.layouts_in), ("layouts_out", step.layouts_out)):
+            if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
+                raise PlanError(f"{_where(k, step)}: {name} must be a list of layout names, received {value!r}")
+    counts = Counter(n for s in plan.steps for n in s.nodes)
+    names = {n.name for n in graph.nodes}
+    missing = [n.name for n in graph.nodes if n.name not in counts]
+    unknown = sorted(set(counts) - names)
+    twice = sorted(n for n, c in counts.items() if c > 1 and n in names)
+    problems = []
+    if missing:
+        problems.append(f"nodes without a step: {missing[:10]}")
+    if unknown:
+        problems.append(f"steps name nodes not in the graph: {unknown[:10]}")
+    if twice:
+        problems.append(f"nodes covered by more than one step: {twice[:10]}")
+    if problems:
+        raise PlanError(
+            f"the plan does not cover graph {graph.name!r} exactly once ({'; '.join(problems)}); "
+            f"expected every one of its {len(names)} node(s) in exactly one step"
+        )
+
+
+def _check_step(k: int, step: PlanStep, graph: Graph, registry: Registry) -> None:
+    where = _where(k, step)
+    try:
+        impl = registry.impl(step.impl)
+    except OpDispatchError:
+        mine = [i.name for i in registry.implementations if i.backend == step.backend]
+        raise PlanError(
+            f"{where}: unknown implementation {step.impl!r}; expected one registered for backend "
+            f"{step.backend!r}: {known(mine, limit=20)}"
+        ) from None
+    if impl.backend != step.backend:
+        raise PlanError(
+            f"{where}: the step names backend {step.backend!r}, but {impl.name} belongs to "
+            f"backend {impl.backend!r}"
+        )
+    if impl.is_region != (step.op == REGION_OP):
+        raise PlanError(
+            f"{where}: op {step.op!r} with {'a region' if impl.is_region else 'a non-region'} "
+            f"implementation; expected op {REGION_OP!r} exactly for region implementations"
+        )
+    node = _node_of(where, step, graph, impl)
+    if not impl.is_region:
+        if impl.op != node.key_op or step.op != node.key_op:
+            raise PlanError(
+                f"{where}: the nodes are {node.key_op!r}, the step says op {step.op!r} and "
+                f"{impl.name} implements {impl.op!r}; expected all three to agree"
+            )
+        if len(step.nodes) > 1 and impl.pattern != tuple(n.key_op for n in node.nodes):  # type: ignore[attr-defined]
+            raise PlanError(
+                f"{where}: the nodes are not a chain of the pattern {'+'.join(impl.pattern) or '(single node)'}"
+            )
+    for name, have, want in (
+        ("layouts_in", step.layouts_in, impl.input_layouts(node)),
+        ("layouts_out", step.layouts_out, impl.output_layouts(node)),
+    ):
+        if tuple(have) != tuple(want):
+            raise PlanError(f"{where}: {name} {list(have)}; {impl.name} declares {list(want)} for these nodes")
+
+
+def _node_of(where: str, step: PlanStep, graph: Graph, impl: Implementation) -> Node:
+    try:
+        return step_node(graph, step.nodes, step.op)
+    except OpDispatchError as exc:
+        raise PlanError(f"{where}: the nodes {step.nodes} cannot form one step: {exc}") from None
+
+
+def _check_conversion(k: int, conv: Conversion, graph: Graph, registry: Registry) -> None:
+    if not isinstance(conv, Conversion):
+        raise PlanError(f"conversion {k}: expected a Conversion, received {type(conv).__name__}")
+    where = f"conversion {k} ({conv.value!r} {conv.src}->{conv.dst})"
+    if not isinstance(conv.value, str) or conv.value not in graph.values:
+        raise PlanError(f"{where}: {conv.value!r} is not a value of graph {graph.name!r}")
+    for lay in (conv.src, conv.dst):
+        if not isinstance(lay, str) or lay not in registry.layouts.layouts:
+            raise PlanError(
+                f"{where}: unknown layout {lay!r}; expected one of {known(registry.layouts.layouts)}"
+            )
+    if not isinstance(conv.chain, list) or not conv.chain or not all(isinstance(c, str) for c in conv.chain):
+        raise PlanError(f"{where}: chain must be a non-empty list of converter names, received {conv.chain!r}")
+    at = conv.src
+    for name in conv.chain:
+        try:
+            c = registry.layouts.converter(name)
+        except OpDispatchError as exc:
+            raise PlanError(f"{where}: {exc}") from None
+        if c.src != at:
+            raise PlanError(
+                f"{where}: converter {name} goes {c.src}->{c.dst}; expected one from {at!r}"
+            )
+        at = c.dst
+    if at != conv.dst:
+        raise PlanError(f"{where}: the chain {conv.chain} ends in layout {at!r}; expected {conv.dst!r}")
