@@ -2,7 +2,8 @@
 start of the run into a temporary store, within the default 120 s budget), the default
 (untuned) native-first plan, the all-numpy plan and onnxruntime (plain InferenceSession, all
 graph optimisations, default threads) on the resnet50, squeezenet and inception_v1 architectures,
-batch 1, 224x224; and the whole model as one onnxruntime region through the dispatcher.
+batch 1, 224x224; the untuned oneDNN-first plan; and the whole model as one onnxruntime region
+through the dispatcher.
 
 Groups are per model, so pytest-benchmark's table shows the three side by side; ratios and
 medians go to bench/README.md (see bench/report.py).
@@ -89,6 +90,18 @@ def test_onnxruntime_plan(benchmark, name):
     benchmark.group = f"e2e-{name}"
     sess = Session(_model(name), backends=["onnxruntime"], store=False)
     feeds = _feeds(sess.get_inputs())
+    benchmark.pedantic(sess.run, args=(None, feeds), warmup_rounds=2, rounds=15)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_onednn_plan(benchmark, name):
+    """The untuned oneDNN-first plan (numpy for what oneDNN does not run)."""
+    sess = Session(_model(name), backends=["onednn", "numpy"], store=False)
+    if "onednn" not in sess.registry.available_backends():
+        pytest.skip(f"onednn unavailable: {sess.registry.backends['onednn'].reason}")
+    benchmark.group = f"e2e-{name}"
+    feeds = _feeds(sess.get_inputs())
+    benchmark.extra_info["plan"] = sess.plan.backends_used()
     benchmark.pedantic(sess.run, args=(None, feeds), warmup_rounds=2, rounds=15)
 
 
