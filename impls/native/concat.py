@@ -18,8 +18,8 @@ import numpy as np
 
 from dispatch.graph import Node
 from dispatch.registry import STANDARD, Priority
+from impls.common import Kernel
 from impls.native._module import native
-from impls.native.common import Kernel
 from impls.native.layouts import BLOCKS
 from impls.native.table import impls
 

@@ -28,13 +28,13 @@ import numpy as np
 
 from dispatch.graph import Node
 from dispatch.registry import STANDARD, Priority
+from impls.common import INF, Kernel
+from impls.common import as_f32 as _c
+from impls.common import cdiv as _cdiv
+from impls.common import clip_bounds as _clip_bounds
+from impls.common import conv_base_reason as _base_reason
+from impls.common import conv_of as _conv_of
 from impls.native._module import native
-from impls.native.common import INF, Kernel
-from impls.native.common import as_f32 as _c
-from impls.native.common import cdiv as _cdiv
-from impls.native.common import clip_bounds as _clip_bounds
-from impls.native.common import conv_base_reason as _base_reason
-from impls.native.common import conv_of as _conv_of
 from impls.native.layouts import BACKEND, BLOCKS
 from impls.native.table import impls
 from impls.numpy.conv import window_attrs

@@ -13,9 +13,9 @@ import numpy as np
 
 from dispatch.graph import Node
 from dispatch.registry import STANDARD, Priority
+from impls.common import as_f32 as _c
+from impls.common import clip_bounds as _clip_bounds
 from impls.native._module import native
-from impls.native.common import as_f32 as _c
-from impls.native.common import clip_bounds as _clip_bounds
 from impls.native.layouts import BLOCKS
 from impls.native.table import impls
 

@@ -15,8 +15,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from impls.common import as_f32 as _c
 from impls.native._module import native
-from impls.native.common import as_f32 as _c
 from layouts.registry import Layout, LayoutRegistry
 
 BACKEND = "native"

@@ -25,9 +25,9 @@ import numpy as np
 
 from dispatch.graph import Node
 from dispatch.registry import STANDARD, Priority
+from impls.common import Kernel
+from impls.common import as_f32 as _c
 from impls.native._module import native
-from impls.native.common import Kernel
-from impls.native.common import as_f32 as _c
 from impls.native.layouts import BLOCKS
 from impls.native.table import impls
 from impls.numpy.conv import Window, window_attrs, window_reason

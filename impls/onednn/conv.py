@@ -28,13 +28,15 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import numpy as np
 
 from dispatch.graph import Node
 from dispatch.registry import STANDARD, Priority
-from impls.numpy.conv import window_attrs, window_reason
+from impls.common import INF, Kernel, clip_bounds, conv_of
+from impls.common import as_f32 as _c
+from impls.common import conv_base_reason as _base_reason
+from impls.numpy.conv import window_attrs
 from impls.onednn import layouts as lay
 from impls.onednn._module import onednn
 from impls.onednn.table import impls
@@ -57,30 +59,13 @@ PATTERNS: tuple[tuple[str, ...], ...] = (
 )
 #: Ops joining a residual (a two-input Sum is an Add).
 RESIDUAL_OPS = ("Add", "Sum")
-INF = float("inf")
-
-Kernel = Callable[..., np.ndarray]
-
-
-def _c(x: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(x, dtype=np.float32)
 
 
 # -- geometry and checks ---------------------------------------------------------------------
 
 
-def conv_of(node: Node) -> Node:
-    """The Conv node of a single Conv or of a fused chain starting with a Conv."""
-    nodes = getattr(node, "nodes", None)
-    return nodes[0] if nodes else node
-
-
 def _chain(node: Node) -> list[Node]:
     return list(getattr(node, "nodes", None) or [node])
-
-
-def _static4(shape: Any) -> bool:
-    return shape is not None and len(shape) == 4 and all(isinstance(d, int | np.integer) for d in shape)
 
 
 def conv_params(conv: Node) -> list[int]:
@@ -94,56 +79,6 @@ def conv_params(conv: Node) -> list[int]:
         *xs, ws[0], ws[2], ws[3], *win.strides, *win.dilations, pt, pl, pb, pr,
         int(conv.attr("group", 1)),
     )]
-
-
-def _base_reason(conv: Node) -> str | None:
-    """Why a Conv node is outside what oneDNN's 2-D convolution runs, or ``None``."""
-    x, w = conv.input(0), conv.input(1)
-    if x is None or w is None:
-        return "Conv needs inputs X and W"
-    for i in (0, 1, 2):
-        v = conv.input(i)
-        if v is not None and (v.dtype is None or np.dtype(v.dtype) != np.float32):
-            return f"needs float32 inputs, input {i} has dtype {None if v.dtype is None else v.dtype}"
-    if not (_static4(x.shape) and _static4(w.shape)):
-        return f"only 2-D convolutions with static shapes (X {x.shape}, W {w.shape})"
-    if 0 in tuple(x.shape) or 0 in tuple(w.shape):
-        return f"empty tensors (X {x.shape}, W {w.shape}): nothing for oneDNN to run"
-    reason = window_reason(conv, 2)
-    if reason:
-        return reason
-    group = int(conv.attr("group", 1))
-    m, cg, kh, kw = w.shape
-    if group < 1 or m % group or x.shape[1] != cg * group:
-        return f"W {w.shape} does not match X {x.shape} with group={group}"
-    kernel = conv.attr("kernel_shape")
-    if kernel is not None and tuple(int(k) for k in kernel) != (kh, kw):
-        return f"kernel_shape {list(kernel)} does not match W {w.shape}"
-    b = conv.input(2)
-    if b is not None and tuple(b.shape or ()) != (m,):
-        return f"bias B must have shape ({m},), received {b.shape}"
-    p = conv_params(conv)
-    oh = (p[2] + p[11] + p[13] - (kh - 1) * p[9] - 1) // p[7] + 1
-    ow = (p[3] + p[12] + p[14] - (kw - 1) * p[10] - 1) // p[8] + 1
-    if oh < 1 or ow < 1 or x.shape[0] < 1:
-        return f"empty output ({x.shape[0]}, {m}, {oh}, {ow})"
-    return None
-
-
-def clip_bounds(clip: Node) -> tuple[float, float] | None:
-    """(lo, hi) of a Clip from its attributes (opset < 11) or constant inputs, else None."""
-    if clip.opset < 11:
-        return float(clip.attr("min", -INF)), float(clip.attr("max", INF))
-    bounds = []
-    for i, default in ((1, -INF), (2, INF)):
-        v = clip.input(i)
-        if v is None:
-            bounds.append(default)
-        elif v.const is None:
-            return None
-        else:
-            bounds.append(float(np.asarray(v.const).reshape(())))
-    return bounds[0], bounds[1]
 
 
 def _pattern_reason(node: Node) -> str | None:

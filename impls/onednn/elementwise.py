@@ -23,9 +23,9 @@ import numpy as np
 
 from dispatch.graph import Node
 from dispatch.registry import STANDARD, Priority
+from impls.common import clip_bounds
 from impls.onednn import layouts as lay
 from impls.onednn._module import onednn
-from impls.onednn.conv import clip_bounds
 from impls.onednn.table import impls
 
 LAYOUTS = (STANDARD, "nhwc", "nchw8c", "nchw16c")

@@ -16,25 +16,18 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
 
 import numpy as np
 
 from dispatch.graph import Node
 from dispatch.registry import STANDARD, Priority
+from impls.common import INF, Kernel, clip_bounds
+from impls.common import as_f32 as _c
 from impls.onednn import layouts as lay
 from impls.onednn._module import onednn
-from impls.onednn.conv import clip_bounds
 from impls.onednn.table import impls
 
-INF = float("inf")
 MAX_RANK = 5
-
-Kernel = Callable[..., np.ndarray]
-
-
-def _c(x: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(x, dtype=np.float32)
 
 
 def swap_dims(tag: str) -> str:

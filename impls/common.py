@@ -1,5 +1,5 @@
-"""Helpers shared by the native backend's Python modules: array preparation, Conv checks
-common to every native Conv variant, and Clip bounds."""
+"""Backend-neutral helpers the C++-backed backends (native, onednn) share: array preparation,
+the Conv checks every 2-D float32 Conv kernel needs, and Clip bounds."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def static4(shape: Any) -> bool:
 
 
 def conv_base_reason(conv: Node) -> str | None:
-    """Why a Conv node is outside what every native Conv variant handles (float32, 2-D,
+    """Why a Conv node is outside what every compiled 2-D Conv kernel handles (float32, 2-D,
     static shapes, consistent weights, groups and bias, a non-empty output), or ``None``."""
     x, w = conv.input(0), conv.input(1)
     if x is None or w is None:
