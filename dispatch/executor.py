@@ -9,6 +9,7 @@ reader (buffer reuse by liveness: the allocator gets the memory back as soon as 
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -16,11 +17,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dispatch.errors import KernelError, PlanError
-from dispatch.fusion import REGION_OP, step_node
-from dispatch.graph import Graph
-from dispatch.plan import Plan
+from dispatch.fusion import REGION_OP, FusedNode, step_node
+from dispatch.graph import Graph, Node
+from dispatch.plan import Plan, PlanStep
 from dispatch.plan_check import validate_plan
-from dispatch.registry import STANDARD, Registry
+from dispatch.registry import REFERENCE_BACKEND, STANDARD, Registry
 
 
 @dataclass
@@ -38,6 +39,9 @@ class Call:
     expect: tuple[tuple[tuple[int, ...], np.dtype], ...] = ()
     #: slots to release after this call (their last reader)
     free: tuple[int, ...] = ()
+    #: the plan step and node a kernel call runs (``None`` for conversions)
+    step: PlanStep | None = None
+    node: Node | None = None
 
 
 @dataclass
@@ -64,6 +68,9 @@ class Executor:
         self.calls: list[Call] = []
         self._input_slots: list[tuple[str, int]] = []
         self._output_slots: dict[str, int] = {}
+        self._registry = registry
+        self._fallbacks: dict[int, Call] = {}
+        self._fallback_lock = threading.Lock()
         self._build(registry)
 
     # -- building ----------------------------------------------------------------------
@@ -148,7 +155,8 @@ class Executor:
                     f"{type(exc).__name__}: {exc}"
                 ) from exc
             self.calls.append(
-                Call(node.name, "kernel", fn, tuple(ins), tuple(outs), impl.name, impl.backend, tuple(expect))
+                Call(node.name, "kernel", fn, tuple(ins), tuple(outs), impl.name, impl.backend,
+                     tuple(expect), step=step, node=node)
             )
         for v in graph.outputs:
             if (v.name, STANDARD) not in self._slots:
@@ -241,37 +249,142 @@ class Executor:
         output_names: Sequence[str] | None = None,
         *,
         timings: list[float] | None = None,
+        on_fault: Callable[[KernelError], None] | None = None,
     ) -> list[np.ndarray]:
         """Run once. ``feeds`` must already be validated (see ``Session.run``). When
-        ``timings`` is a list, the wall time of each call (seconds) is appended to it."""
+        ``timings`` is a list, the wall time of each call (seconds) is appended to it.
+
+        A call that raises stops the run with a :class:`KernelError` naming the node, the
+        implementation and its backend. With ``on_fault``, a failing *kernel* call is re-run
+        instead on the reference implementations of its nodes (:meth:`fallback_call`: its
+        inputs converted to the standard layout, its outputs back to the layouts the rest of
+        the plan reads), ``on_fault`` receives the error, and the run goes on; if the
+        reference fails too, or a converter fails, the run stops with the error.
+        """
         slots = list(self._template)
         for name, s in self._input_slots:
             slots[s] = feeds[name]
         calls = self.calls
-        k = -1
-        try:
-            if timings is None:
-                for k in range(len(calls)):
-                    self._invoke(calls[k], slots)
-            else:
-                for k in range(len(calls)):
-                    t0 = time.perf_counter()
-                    self._invoke(calls[k], slots)
+        n = len(calls)
+        k = 0
+        while True:
+            try:
+                if timings is None:
+                    while k < n:
+                        self._invoke(calls[k], slots)
+                        k += 1
+                else:
+                    while k < n:
+                        t0 = time.perf_counter()
+                        self._invoke(calls[k], slots)
+                        timings.append(time.perf_counter() - t0)
+                        k += 1
+                break
+            except Exception as exc:
+                error = self._call_error(calls[k], exc)
+                if on_fault is None or calls[k].kind != "kernel":
+                    if error is exc:
+                        raise
+                    raise error from exc
+                t0 = time.perf_counter()
+                self._recover(k, slots, error)
+                if timings is not None:
                     timings.append(time.perf_counter() - t0)
-        except KernelError as exc:
-            if exc.node is None and k >= 0:
-                exc.node, exc.impl, exc.backend = calls[k].label, calls[k].impl, calls[k].backend
-            raise
-        except Exception as exc:
-            call = calls[k]
-            what = "converter" if call.kind == "convert" else "implementation"
-            raise KernelError(
-                f"node {call.label!r}: {what} {call.impl} (backend {call.backend}) raised "
-                f"{type(exc).__name__}: {exc}",
-                node=call.label, impl=call.impl, backend=call.backend,
-            ) from exc
+                on_fault(error)
+                k += 1
         names = output_names if output_names is not None else list(self._output_slots)
         return [slots[self._output_slots[n]] for n in names]  # type: ignore[misc]
+
+    @staticmethod
+    def _call_error(call: Call, exc: Exception) -> KernelError:
+        """``exc`` as a KernelError that names the call's node, implementation and backend."""
+        if isinstance(exc, KernelError):
+            if exc.node is None:
+                exc.node, exc.impl, exc.backend = call.label, call.impl, call.backend
+            return exc
+        what = "converter" if call.kind == "convert" else "implementation"
+        return KernelError(
+            f"node {call.label!r}: {what} {call.impl} (backend {call.backend}) raised "
+            f"{type(exc).__name__}: {exc}",
+            node=call.label, impl=call.impl, backend=call.backend,
+        )
+
+    def _recover(self, k: int, slots: list, error: KernelError) -> None:
+        """Run call ``k``'s reference fallback over ``slots``, or raise a KernelError that
+        says both what failed and why the fallback could not answer."""
+        try:
+            self._invoke(self.fallback_call(k), slots)
+        except Exception as again:
+            raise KernelError(
+                f"{error}; re-running it on the reference implementation failed too: "
+                f"{type(again).__name__}: {again}",
+                node=error.node, impl=error.impl, backend=error.backend,
+            ) from again
+
+    def fallback_call(self, k: int) -> Call:
+        """The reference stand-in of kernel call ``k``, built on first use: the step's
+        inputs are converted from the plan's layouts to the standard one (constants are read
+        as stored in the graph), each of its nodes (one, a fused chain, or a region's
+        subgraph, in order) runs on the reference backend's implementation (never the one
+        that failed), and the outputs are converted to the layouts the step declared, so the
+        rest of the plan reads them unchanged."""
+        with self._fallback_lock:
+            found = self._fallbacks.get(k)
+            if found is None:
+                found = self._fallbacks[k] = self._build_fallback(self.calls[k])
+            return found
+
+    def _build_fallback(self, call: Call) -> Call:
+        registry, step, node = self._registry, call.step, call.node
+        if call.kind != "kernel" or step is None or node is None:
+            raise KernelError(f"{call.label!r} is a conversion; only kernel calls have a reference fallback")
+        parts = node.nodes if isinstance(node, FusedNode) else [node]
+        kernels, names = [], []
+        for part in parts:
+            ref = registry.reference_impl(part, exclude=[call.impl])
+            if ref is None:
+                raise KernelError(
+                    f"no reference implementation supports node {part.name!r} ({part.key_op})"
+                )
+            kernels.append(ref.build(part))
+            names.append(ref.name)
+
+        def chain(src: str, dst: str, value) -> tuple:
+            if src == dst:
+                return ()
+            return tuple(registry.layouts.path(src, dst, value.shape, value.dtype))
+
+        ins = [
+            None if v is None or v.is_const else (v, chain(lay, STANDARD, v))
+            for v, lay in zip(node.inputs, step.layouts_in)
+        ]
+        outs = [(v, chain(STANDARD, lay, v)) for v, lay in zip(node.outputs, step.layouts_out)]
+
+        def fallback(*args):
+            env: dict[str, np.ndarray] = {}
+            for spec, arr in zip(ins, args):
+                if spec is None or arr is None:
+                    continue
+                v, convs = spec
+                for conv in convs:
+                    arr = conv(arr, v.shape)
+                env[v.name] = arr
+            for part, kernel in zip(parts, kernels):
+                got = kernel(*[None if v is None else env.get(v.name, v.const)
+                               for v in part.inputs])
+                got = got if isinstance(got, tuple | list) else (got,)
+                for v, arr in zip(part.outputs, got):
+                    env[v.name] = np.asarray(arr)
+            result = []
+            for v, convs in outs:
+                arr = env[v.name]
+                for conv in convs:
+                    arr = conv(arr, v.shape)
+                result.append(arr)
+            return tuple(result)
+
+        return Call(call.label, "kernel", fallback, call.ins, call.outs, " > ".join(names),
+                    REFERENCE_BACKEND, call.expect, call.free, step, node)
 
     @staticmethod
     def _invoke(call: Call, slots: list) -> None:

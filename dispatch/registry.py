@@ -311,6 +311,16 @@ class Registry:
     def has_op(self, op: str) -> bool:
         return op in self._by_op
 
+    def reference_impl(self, node: Node, exclude: Iterable[str] = ()) -> Implementation | None:
+        """The reference implementation of ``node``: the first implementation of the
+        reference backend (:data:`REFERENCE_BACKEND`) registered for its op that supports it,
+        skipping the names in ``exclude``; ``None`` when there is none."""
+        skip = set(exclude)
+        for impl in self._by_op.get(node.key_op, ()):
+            if impl.backend == REFERENCE_BACKEND and impl.name not in skip and impl.supports(node) is None:
+                return impl
+        return None
+
     def impl(self, name: str) -> Implementation:
         try:
             return self._by_name[name]

@@ -48,6 +48,8 @@ if TYPE_CHECKING:
 TUNE_MODES = (None, "first-run")
 #: The values ``Session(on_error=...)`` accepts.
 ON_ERROR_MODES = ("raise", "fallback")
+#: How many :class:`Fault` records a session keeps (the most recent).
+MAX_FAULTS = 1000
 #: ``TuneOptions`` fields a Session sets itself (from its objective and backends).
 _SESSION_TUNE_FIELDS = ("objective", "memory_cap_bytes", "backends", "budget_s")
 
@@ -72,6 +74,10 @@ class Fault:
         backend: its backend.
         error: ``"ExceptionType: message"`` of the failure.
         time: when it happened (``time.time()``, seconds since the epoch).
+        recovery: how the run was answered: ``"reference implementation"`` (the failing
+            step re-run on the reference implementations of its nodes, the rest of the plan
+            as planned) or ``"reference plan"`` (the whole run on the numpy reference plan,
+            when the step could not be re-run).
     """
 
     node: str
@@ -79,6 +85,7 @@ class Fault:
     backend: str
     error: str
     time: float
+    recovery: str = "reference implementation"
 
 
 def _type_string(dtype: np.dtype) -> str:
@@ -143,9 +150,10 @@ class Session:
             the objective and backends always come from the session.
         on_error: what :meth:`run` does when an implementation raises at run time.
             ``"raise"`` (default): raise :class:`~dispatch.errors.KernelError` naming the
-            node, implementation and backend. ``"fallback"``: record the fault in
-            :attr:`faults`, warn (``RuntimeWarning``, once per implementation) and return the
-            outputs of the numpy reference plan (see :meth:`run`).
+            node, implementation and backend. ``"fallback"``: re-run the failing step on the
+            reference implementations of its nodes and go on with the plan (the whole run on
+            the numpy reference plan only when the step cannot be re-run), record the fault
+            in :attr:`faults` and warn (``RuntimeWarning``, once per implementation).
 
     Every plan (given, stored or tuned) is checked against the graph and the registry before
     it is built (:func:`dispatch.plan_check.validate_plan`): a given plan that fails raises
@@ -524,38 +532,24 @@ class Session:
         return self._execute(arrays, names)
 
     def _execute(self, feeds: Mapping[str, np.ndarray], names: list[str] | None) -> list[np.ndarray]:
-        """Run the session's executor; with ``on_error="fallback"`` a run-time failure of an
-        implementation re-runs the whole model on the numpy reference plan.
-
-        Why the whole run and not just the failing step: the reference plan
-        (``heuristic_plan(graph, registry, ["numpy"], overrides=reference_overrides(...))``,
-        built once, lazily, on the first fault) keeps every tensor in the standard layout,
-        so no step's inputs have to be converted out of, nor its outputs back into, the
-        layouts the failing plan uses, and a fused step or a region needs no special case:
-        the recovery path is the simplest correct one, at the price of a slower run while
-        faults last. Faults are rare and are recorded (:attr:`faults`) and warned about
-        (once per implementation), so that the plan can be fixed or re-tuned.
-        """
-        try:
+        """Run the session's executor. With ``on_error="fallback"``, a step whose
+        implementation raises is re-run on the reference implementations of its nodes (its
+        inputs converted to the standard layout and its outputs back, see
+        :meth:`Executor.fallback_call`) and the run goes on; the fault is recorded in
+        :attr:`faults` and warned about once per implementation. Only when that cannot answer
+        (no reference implementation for the node, a converter failing, the reference raising
+        too) is the whole run answered by the numpy reference plan, the last resort."""
+        if self.on_error != "fallback":
             return self.executor.run(feeds, names)
+        try:
+            return self.executor.run(feeds, names, on_fault=self._record_fault)
         except KernelError as exc:
-            if self.on_error != "fallback":
-                raise
-            fault = Fault(node=exc.node or "?", implementation=exc.impl or "?",
-                          backend=exc.backend or "?", error=str(exc), time=time.time())
-            self.faults.append(fault)
+            self._record_fault(exc, recovery="reference plan")
             try:
                 reference = self._reference()
             except KernelError as none:
                 raise KernelError(f"{exc}; {none}", node=exc.node, impl=exc.impl,
                                   backend=exc.backend) from exc
-            if fault.implementation not in self._warned_impls:
-                self._warned_impls.add(fault.implementation)
-                warnings.warn(
-                    f"opdispatch: {fault.implementation} (backend {fault.backend}) failed on node "
-                    f"{fault.node!r}, running the numpy reference plan instead: {exc}",
-                    RuntimeWarning, stacklevel=3,
-                )
             try:
                 return reference.run(feeds, names)
             except KernelError as again:
@@ -563,6 +557,25 @@ class Session:
                     f"{exc}; the numpy reference plan run as a fallback failed too: {again}",
                     node=exc.node, impl=exc.impl, backend=exc.backend,
                 ) from again
+
+    def _record_fault(self, exc: KernelError, recovery: str = "reference implementation") -> None:
+        """Record one recovered run-time failure and warn once per implementation."""
+        fault = Fault(node=exc.node or "?", implementation=exc.impl or "?",
+                      backend=exc.backend or "?", error=str(exc), time=time.time(),
+                      recovery=recovery)
+        with self._fallback_lock:
+            self.faults.append(fault)
+            del self.faults[:-MAX_FAULTS]
+            first = fault.implementation not in self._warned_impls
+            self._warned_impls.add(fault.implementation)
+        if first:
+            instead = ("its nodes on the reference implementation" if recovery == "reference implementation"
+                       else "the whole model on the numpy reference plan")
+            warnings.warn(
+                f"opdispatch: {fault.implementation} (backend {fault.backend}) failed on node "
+                f"{fault.node!r}, running {instead} instead: {exc}",
+                RuntimeWarning, stacklevel=4,
+            )
 
     def _reference(self) -> Executor:
         """The executor of the numpy reference plan, built on first use."""

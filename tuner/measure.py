@@ -88,14 +88,8 @@ def _convert(registry: Registry, arr: np.ndarray, v: Value, src: str, dst: str) 
 
 def reference_impl(registry: Registry, node: Node) -> Implementation | None:
     """The reference implementation of ``node``: the first numpy implementation registered
-    for its op that supports it."""
-    return next(
-        (
-            i for i in registry.implementations
-            if i.op == node.key_op and i.backend == "numpy" and i.supports(node) is None
-        ),
-        None,
-    )
+    for its op that supports it (:meth:`Registry.reference_impl`)."""
+    return registry.reference_impl(node)
 
 
 def reference_overrides(graph: Graph, registry: Registry) -> dict[str, str]:
