@@ -323,8 +323,21 @@ class Session:
 
     def _stored_plan(self, store: Any, objective: str) -> Plan | None:
         """The stored plan for this model, built into an executor, or None (with the reason
-        in :attr:`plan_note` and :attr:`_miss_reasons`)."""
-        from tuner.store import PlanStore
+        in :attr:`plan_note` and :attr:`_miss_reasons`).
+
+        The store is opened read-only. A store of an older schema is migrated first (opened
+        writable once). A damaged store is moved aside when its folder allows and replaced by
+        a fresh one (``tuner.store.PlanStore(recover=True)``); the note says where it went and
+        that the untuned plan runs."""
+        import warnings
+
+        from tuner.store import (
+            PlanStore,
+            StoreCorruptError,
+            StoreError,
+            StoreOutdatedError,
+            StoreRecoveredWarning,
+        )
         from tuner.tune import plan_key
 
         path = self.store_path
@@ -337,7 +350,29 @@ class Session:
             if isinstance(store, PlanStore):
                 plans = store
             else:
-                plans = opened = PlanStore(path, readonly=True)
+                try:
+                    plans = opened = PlanStore(path, readonly=True)
+                except StoreCorruptError as exc:
+                    try:
+                        with warnings.catch_warnings():  # said in plan_note instead
+                            warnings.simplefilter("ignore", StoreRecoveredWarning)
+                            with PlanStore(path) as fresh:
+                                recovery = fresh.recovery
+                        where = (f"moved aside to {recovery.moved_to} and replaced by a fresh "
+                                 f"store" if recovery is not None and recovery.moved_to else
+                                 "already replaced by a fresh store by another process")
+                    except StoreError as err:
+                        where = f"it could not be moved aside ({err})"
+                    reason = f"the plan store is corrupt ({exc.detail}); {where}"
+                    self.plan_note = f"{reason}: running the untuned plan"
+                    self._miss_reasons = [reason]
+                    return None
+                except StoreOutdatedError as exc:
+                    try:
+                        PlanStore(path).close()  # migrates it, under the store's write lock
+                    except StoreError as err:
+                        raise StoreError(f"{exc}; migrating it failed: {err}") from None
+                    plans = opened = PlanStore(path, readonly=True)
             key = plan_key(self.graph, self.registry, self._allowed_backends(), objective)
             self.plan_key = key
             found = plans.get_plan(key)

@@ -12,6 +12,14 @@ override it) shared by every process on the machine: tuners write, production pr
   by a newer opdispatch is refused with a clear error rather than misread.
 - Read-only mode opens ``file:...?mode=ro`` and never writes; it also works on a read-only
   file in a read-only folder.
+- Damage is detected on open (``PRAGMA integrity_check``, ``quick_check`` for large files):
+  a truncated, overwritten or malformed store raises :class:`StoreCorruptError`; opened
+  writable (the default ``recover=True``), the damaged file and its ``-wal``/``-shm`` are
+  moved aside to ``NAME.corrupt-YYYYMMDDTHHMMSSZ`` (:func:`move_aside`), a fresh store takes
+  its place, :attr:`PlanStore.recovery` says where the old one went and a
+  :class:`StoreRecoveredWarning` is issued. Only files recognisably written by opdispatch (its
+  ``application_id``, or its schema) are moved; another program's SQLite file or a file that
+  is not SQLite at all is refused and left where it is.
 - Plans are stored as JSON text (never pickle); every statement is parameterised.
 - Plans travel between machines of the same kind as JSON bundles
   (:meth:`PlanStore.export_plans` / :meth:`PlanStore.import_plans`, format
@@ -27,6 +35,7 @@ import contextlib
 import json
 import os
 import sqlite3
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -68,6 +77,54 @@ class StoreError(OpDispatchError):
 
 class BundleError(StoreError):
     """A plan bundle is malformed or of a format version this opdispatch does not read."""
+
+
+class StoreCorruptError(StoreError):
+    """The plan store file is damaged (truncated, overwritten, malformed pages).
+
+    Attributes:
+        path: the damaged file.
+        detail: what SQLite reported (an error message or integrity-check lines).
+        inode: ``(st_dev, st_ino)`` of the file found damaged (``None`` if unknown), so that
+            only that file is ever moved aside.
+    """
+
+    def __init__(self, message: str, *, path: str, detail: str,
+                 inode: tuple[int, int] | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+        self.detail = detail
+        self.inode = inode
+
+
+class StoreOutdatedError(StoreError):
+    """A store of an older schema version was opened read-only (open it writable once to
+    migrate it). ``version`` is its schema version."""
+
+    def __init__(self, message: str, *, version: int) -> None:
+        super().__init__(message)
+        self.version = version
+
+
+class StoreRecoveredWarning(UserWarning):
+    """A damaged plan store was moved aside and replaced by a fresh, empty one."""
+
+
+@dataclass(frozen=True)
+class Recovery:
+    """What happened to a damaged store: where it was, where it went and why."""
+
+    path: str
+    moved_to: str | None
+    detail: str
+
+    @property
+    def message(self) -> str:
+        """One line for the user: the store, the damage and the new name of the old file."""
+        where = (f"moved aside to {self.moved_to}" if self.moved_to
+                 else "already moved aside by another process")
+        return (f"the plan store {self.path} was corrupt ({self.detail}); {where}, and a "
+                f"fresh empty store replaces it")
 
 
 # ------------------------------------------------------------------------------------------
@@ -140,6 +197,15 @@ def _migrate_v2(db: Database) -> None:
 MIGRATIONS: tuple[Callable[[Database], None], ...] = (_migrate_v1, _migrate_v2)
 SCHEMA_VERSION = len(MIGRATIONS)
 _OWN_TABLES = {"meta", "plans", "measurements", "tuning_runs"}
+#: ``PRAGMA application_id`` of a plan store (the bytes ``OPDS``): marks the file as ours, so
+#: that a damaged store can be told from another program's SQLite file.
+APPLICATION_ID = 0x4F504453
+#: Files up to this size get the full ``integrity_check`` on open, larger ones ``quick_check``.
+FULL_CHECK_MAX_BYTES = 4 << 20
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+#: SQLite error names and messages that mean a damaged file (not a busy or locked one).
+_CORRUPT_NAMES = {"SQLITE_CORRUPT", "SQLITE_NOTADB"}
+_CORRUPT_TEXT = ("malformed", "not a database", "corrupt")
 
 
 # ------------------------------------------------------------------------------------------
@@ -263,6 +329,97 @@ def _run_from_row(row: Mapping[str, Any]) -> TuningRun:
 # ------------------------------------------------------------------------------------------
 
 
+def _is_damage(exc: BaseException) -> bool:
+    """True when a SQLite error means a damaged or foreign file, not a busy or locked one."""
+    if not isinstance(exc, sqlite3.DatabaseError):
+        return False
+    name = getattr(exc, "sqlite_errorname", None)
+    if name is not None:
+        return name in _CORRUPT_NAMES
+    text = str(exc).lower()
+    return any(t in text for t in _CORRUPT_TEXT)
+
+
+def _looks_like_a_plan_store(path: Path) -> bool:
+    """Whether a damaged file at ``path`` is an opdispatch plan store, so that moving it aside
+    is safe: a SQLite file with :data:`APPLICATION_ID` (or, from before it existed, the plan
+    store's schema text), or one too short to be any SQLite database (its header says SQLite,
+    the rest was truncated away). A file that is not SQLite, or another program's SQLite
+    file, is never taken for one."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(1 << 20)
+    except OSError:
+        return False
+    schema_text = (b"key_digest TEXT NOT NULL UNIQUE" in head
+                   and b"CREATE TABLE measurements" in head)
+    if not head.startswith(_SQLITE_MAGIC):
+        if 6 <= len(head) < len(_SQLITE_MAGIC) and _SQLITE_MAGIC.startswith(head):
+            return True  # a SQLite file truncated inside its header
+        # an overwritten header: binary pages (NUL bytes, which text never has) that hold the
+        # plan store's schema
+        return schema_text and b"\x00" in head
+    if len(head) < 512:  # the smallest SQLite page: no database of any program is this short
+        return True
+    app_id = int.from_bytes(head[68:72], "big")
+    if app_id:
+        return app_id == APPLICATION_ID
+    return schema_text
+
+
+def _describe_damage(path: Path, detail: str) -> str:
+    """``detail`` (SQLite's words), saying also when the file is shorter than its header
+    declares (a truncated file)."""
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            head = f.read(100)
+    except OSError:
+        return detail
+    if not head.startswith(_SQLITE_MAGIC) or len(head) < 100:
+        if head and _SQLITE_MAGIC.startswith(head[:16]):
+            return f"truncated to {size} bytes, inside the SQLite header; {detail}"
+        return detail
+    page_size = int.from_bytes(head[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    pages = int.from_bytes(head[28:32], "big")
+    if page_size and pages and size < page_size * pages:
+        return (f"truncated: {size} bytes, its header declares {pages} pages of {page_size} "
+                f"bytes ({pages * page_size} bytes); {detail}")
+    return detail
+
+
+#: The files SQLite keeps next to a database; they move with it.
+_SIDE_FILES = ("-wal", "-shm", "-journal")
+
+
+def move_aside(path: str | os.PathLike, *, expect: tuple[int, int] | None = None) -> Path | None:
+    """Rename the damaged store ``path`` and its ``-wal``/``-shm``/``-journal`` to
+    ``NAME.corrupt-YYYYMMDDTHHMMSSZ`` (``-2``, ``-3``... when taken), next to it; returns the
+    new path. With ``expect`` (``(st_dev, st_ino)`` of the file found damaged), nothing is moved
+    and ``None`` returned when ``path`` is no longer that file (another process moved it aside
+    and made a fresh store first). Raises ``OSError`` when the folder is not writable."""
+    path = Path(os.fspath(path))
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    if expect is not None and (st.st_dev, st.st_ino) != tuple(expect):
+        return None
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    n = 1
+    while True:
+        target = path.with_name(f"{path.name}.corrupt-{stamp}" + (f"-{n}" if n > 1 else ""))
+        if not any(os.path.lexists(f"{target}{s}") for s in ("", *_SIDE_FILES)):
+            break
+        n += 1
+    os.rename(path, target)
+    for suffix in _SIDE_FILES:  # the old WAL must never be replayed into the fresh store
+        with contextlib.suppress(FileNotFoundError):
+            os.rename(f"{path}{suffix}", f"{target}{suffix}")
+    return target
+
+
 def default_store_path() -> str:
     """The configured store path (``OPDISPATCH_STORE``, the config file, else the user cache)."""
     from dispatch.config import Config
@@ -278,18 +435,30 @@ class PlanStore:
         readonly: open with ``mode=ro``: never writes, never migrates, never creates the file;
             write methods raise :class:`StoreError`.
         timeout_s: how long a statement waits for another process's lock before failing.
+        recover: opened writable, a damaged store is moved aside and replaced by a fresh one
+            (:attr:`recovery`, :class:`StoreRecoveredWarning`); ``False`` raises
+            :class:`StoreCorruptError` instead. Read-only opens always raise it.
     """
 
     def __init__(
         self, path: str | os.PathLike | None = None, *, readonly: bool = False,
-        timeout_s: float = 30.0,
+        timeout_s: float = 30.0, recover: bool = True,
     ) -> None:
         if timeout_s <= 0:
             raise StoreError(f"timeout_s must be positive, received {timeout_s!r}")
         self.path = Path(os.fspath(path) if path else default_store_path()).expanduser()
         self.readonly = readonly
         self.timeout_s = float(timeout_s)
-        self._conn = self._open_readonly() if readonly else self._open_writable()
+        #: Set when a damaged store was moved aside and replaced on open (else ``None``).
+        self.recovery: Recovery | None = None
+        try:
+            self._conn = self._open_readonly() if readonly else self._open_writable()
+        except StoreCorruptError as exc:
+            if readonly or not recover:
+                raise
+            self.recovery = self._move_aside(exc)
+            warnings.warn(self.recovery.message, StoreRecoveredWarning, stacklevel=2)
+            self._conn = self._open_writable()
         self.db = Database(self._conn)
         try:
             self.schema_version = self._check_schema()
@@ -321,9 +490,13 @@ class PlanStore:
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             conn.execute("PRAGMA synchronous = NORMAL")
             conn.execute("PRAGMA foreign_keys = ON")
+            self._check_integrity(conn)
         except sqlite3.DatabaseError as exc:
             conn.close()
-            raise StoreError(self._unreadable(exc)) from None
+            raise self._damaged(exc) from None
+        except BaseException:
+            conn.close()
+            raise
         self.journal_mode = str(mode).lower()
         return conn
 
@@ -349,14 +522,77 @@ class PlanStore:
             conn = self._connect(f"{base}?mode=ro&immutable=1", uri=True)
         except sqlite3.DatabaseError as exc:
             conn.close()
-            raise StoreError(self._unreadable(exc)) from None
-        conn.execute("PRAGMA query_only = ON")
-        self.journal_mode = str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower()
+            raise self._damaged(exc) from None
+        try:
+            conn.execute("PRAGMA query_only = ON")
+            self.journal_mode = str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower()
+            self._check_integrity(conn)
+        except sqlite3.DatabaseError as exc:
+            conn.close()
+            raise self._damaged(exc) from None
+        except BaseException:
+            conn.close()
+            raise
         return conn
 
     def _unreadable(self, exc: BaseException) -> str:
         return (f"{str(self.path)!r} is not a readable SQLite plan store "
                 f"({type(exc).__name__}: {exc})")
+
+    # -- damage ------------------------------------------------------------------------
+    def _check_integrity(self, conn: sqlite3.Connection) -> None:
+        """Raise :class:`StoreCorruptError` when SQLite's integrity check finds damage:
+        ``integrity_check`` up to :data:`FULL_CHECK_MAX_BYTES`, ``quick_check`` above (both
+        read every page; the quick one skips matching indexes against their tables)."""
+        try:
+            size = self.path.stat().st_size
+        except OSError:
+            size = 0
+        pragma = "integrity_check" if size <= FULL_CHECK_MAX_BYTES else "quick_check"
+        # PRAGMA takes no parameters: the name is one of two literals, the limit a constant
+        rows = conn.execute(f"PRAGMA {pragma}(5)").fetchall()
+        problems = [" ".join(line.split()) for r in rows if str(r[0]).lower() != "ok"
+                    for line in str(r[0]).splitlines() if "*** in database" not in line]
+        if problems:
+            raise self._damaged(None, f"{pragma} failed: " + "; ".join(p for p in problems if p))
+
+    def _damaged(self, exc: BaseException | None, detail: str | None = None) -> StoreError:
+        """The error for a file SQLite cannot read (``exc``) or whose integrity check failed
+        (``detail``): :class:`StoreCorruptError` for a damaged plan store, a plain
+        :class:`StoreError` for a file that is not (recognisably) one, or for an error that
+        is not damage (a lock, a permission)."""
+        if exc is not None:
+            if not _is_damage(exc):
+                return StoreError(self._unreadable(exc))
+            detail = f"{type(exc).__name__}: {exc}"
+        detail = _describe_damage(self.path, detail or "damaged")
+        if not _looks_like_a_plan_store(self.path):
+            return StoreError(
+                f"{str(self.path)!r} is not a readable SQLite plan store ({detail}); it is not "
+                f"recognisably an opdispatch plan store, so it is left as it is: point "
+                f"OPDISPATCH_STORE / --store at another file, or move it away yourself"
+            )
+        err = StoreCorruptError(
+            f"the plan store {str(self.path)!r} is corrupt ({detail}); opened writable "
+            f"(PlanStore(path), opdispatch tune) it is moved aside and replaced by a fresh store",
+            path=str(self.path), detail=detail,
+        )
+        with contextlib.suppress(OSError):
+            st = self.path.stat()
+            err.inode = (st.st_dev, st.st_ino)
+        return err
+
+    def _move_aside(self, exc: StoreCorruptError) -> Recovery:
+        """Move the damaged store aside (unless another process already has) for a fresh one."""
+        try:
+            moved = move_aside(self.path, expect=exc.inode)
+        except OSError as err:
+            raise StoreCorruptError(
+                f"{exc}; but it could not be moved aside ({err}): move or delete it yourself",
+                path=exc.path, detail=exc.detail,
+            ) from None
+        return Recovery(path=str(self.path), moved_to=None if moved is None else str(moved),
+                        detail=exc.detail)
 
     def _user_version(self) -> int:
         try:
@@ -374,14 +610,17 @@ class PlanStore:
             )
         if version < SCHEMA_VERSION:
             if self.readonly:
-                raise StoreError(
+                if version == 0:
+                    raise StoreError(f"{str(self.path)!r} is not an opdispatch plan store "
+                                     f"(schema version 0, expected {SCHEMA_VERSION})")
+                raise StoreOutdatedError(
                     f"the plan store {str(self.path)!r} has schema version {version}, older than "
                     f"the version {SCHEMA_VERSION} this opdispatch reads; open it once writable "
-                    f"(readonly=False) to migrate it"
-                    if version else f"{str(self.path)!r} is not an opdispatch plan store "
-                    f"(schema version 0, expected {SCHEMA_VERSION})"
+                    f"(readonly=False) to migrate it", version=version,
                 )
             version = self._migrate()
+        elif not self.readonly:
+            self._mark_as_ours()
         return version
 
     def _migrate(self) -> int:
@@ -404,7 +643,15 @@ class PlanStore:
                     self._set_meta("created_at", _now())
                 # PRAGMA takes no parameters; SCHEMA_VERSION is this module's own integer
                 self._conn.execute(f"PRAGMA user_version = {int(SCHEMA_VERSION)}")
+            self._conn.execute(f"PRAGMA application_id = {int(APPLICATION_ID)}")
         return SCHEMA_VERSION
+
+    def _mark_as_ours(self) -> None:
+        """Give a store written before :data:`APPLICATION_ID` existed its mark (once)."""
+        if int(self._conn.execute("PRAGMA application_id").fetchone()[0]) == APPLICATION_ID:
+            return
+        with self._write("mark"):
+            self._conn.execute(f"PRAGMA application_id = {int(APPLICATION_ID)}")
 
     def _set_meta(self, key: str, value: str) -> None:
         self.db.execute(
