@@ -13,7 +13,10 @@ executor is built, :func:`validate_plan` checks that
 * every step's layouts equal what the implementation declares for those nodes
   (``impl.input_layouts(node)`` / ``impl.output_layouts(node)``);
 * every conversion names an existing value and registered layouts, and its chain names
-  existing converters that lead from its ``src`` to its ``dst``.
+  existing converters that lead from its ``src`` to its ``dst``;
+* every backend the plan's steps and converters use is available in this process (an
+  uninstalled plugin, a missing library: the error says which and why), at the version the
+  plan was tuned with when its provenance records one.
 
 The first problem found raises :class:`~dispatch.errors.PlanError` naming the step (or
 conversion) and what was expected; a rejected plan is never executed.
@@ -43,6 +46,7 @@ def validate_plan(plan: Plan, graph: Graph, registry: Registry) -> None:
             f"and {type(plan.conversions).__name__}"
         )
     _check_coverage(plan, graph)
+    _check_backends(plan, registry)
     for k, step in enumerate(plan.steps):
         _check_step(k, step, graph, registry)
     for k, conv in enumerate(plan.conversions):
@@ -82,6 +86,52 @@ def _check_coverage(plan: Plan, graph: Graph) -> None:
             f"the plan does not cover graph {graph.name!r} exactly once ({'; '.join(problems)}); "
             f"expected every one of its {len(names)} node(s) in exactly one step"
         )
+
+
+def backends_of(plan: Plan, registry: Registry) -> dict[str, int]:
+    """backend -> how many steps and conversions of ``plan`` it runs (a conversion counts for
+    the backend of each converter of its chain that the registry knows)."""
+    used: Counter[str] = Counter(s.backend for s in plan.steps if isinstance(s.backend, str))
+    by_name = {c.name: c.backend for cs in registry.layouts.converters.values() for c in cs}
+    for conv in plan.conversions:
+        for name in conv.chain if isinstance(conv.chain, list) else ():
+            if isinstance(name, str) and name in by_name:
+                used[by_name[name]] += 1
+    return dict(used)
+
+
+def _check_backends(plan: Plan, registry: Registry) -> None:
+    """Every backend the plan uses is available in this process, at the version the plan was
+    tuned with (when its provenance records one: tuned plans do; heuristic plans are made
+    by the process that runs them)."""
+    tuned_with = (plan.provenance.get("software") or {}).get("backends") or {}
+    if not isinstance(tuned_with, dict):
+        raise PlanError(
+            f"plan provenance: software.backends must be an object of backend -> version, "
+            f"received {type(tuned_with).__name__}"
+        )
+    mine = {i.backend for i in registry.implementations}
+    for name, count in sorted(backends_of(plan, registry).items()):
+        status = registry.backends.get(name)
+        if status is None and name not in mine:
+            raise PlanError(
+                f"the plan runs {count} step(s) or conversion(s) on backend {name!r}, which is "
+                f"not installed here (no entry point, plugin folder module or registered "
+                f"implementation provides it); available backends: "
+                f"{known(registry.available_backends())}; re-tune the model or install {name!r}"
+            )
+        if status is not None and not status.available:
+            raise PlanError(
+                f"the plan runs {count} step(s) or conversion(s) on backend {name!r}, which is "
+                f"not available here: {status.reason or 'unavailable'}; re-tune the model or "
+                f"fix the backend"
+            )
+        want = tuned_with.get(name)
+        if status is not None and want is not None and str(want) != status.version:
+            raise PlanError(
+                f"the plan was tuned with backend {name!r} version {want!r}; this process has "
+                f"version {status.version!r}: its measurements no longer hold, re-tune the model"
+            )
 
 
 def _check_step(k: int, step: PlanStep, graph: Graph, registry: Registry) -> None:
