@@ -331,6 +331,7 @@ class Session:
         that the untuned plan runs."""
         import warnings
 
+        from tuner.plan_lookup import find_plan
         from tuner.store import (
             PlanStore,
             StoreCorruptError,
@@ -375,9 +376,10 @@ class Session:
                     plans = opened = PlanStore(path, readonly=True)
             key = plan_key(self.graph, self.registry, self._allowed_backends(), objective)
             self.plan_key = key
-            found = plans.get_plan(key)
+            lookup = find_plan(plans, key, self.registry)
+            found = lookup.stored
             if found is None:
-                reasons = plans.why_not(key) or ["this model was never tuned here"]
+                reasons = lookup.reasons or ["this model was never tuned here"]
                 self.plan_note = "no stored plan for this key: " + "; ".join(reasons)
                 self._miss_reasons = reasons
                 return None
@@ -395,7 +397,8 @@ class Session:
         self._plan = plan
         self.plan_source = "store"
         self.plan_note = (f"plan {found.id} ({key.digest()[:16]}) from the store {path} "
-                          f"(tuned {found.created_at})")
+                          f"(tuned {found.created_at})"
+                          + (f"; {lookup.note}" if lookup.note else ""))
         return plan
 
     def _plan_not_found(self) -> PlanNotFoundError:
