@@ -10,6 +10,9 @@ executor is built, :func:`validate_plan` checks that
   and matches the step's nodes: a single node's op, a fused implementation's pattern (the
   nodes must form that chain), a region implementation only on ``"Region"`` steps and only
   there;
+* every step's implementation still supports its nodes as the graph has them (a plan
+  edited to another model's shapes, or a graph whose shapes changed, is refused with the
+  implementation's own reason);
 * every step's layouts equal what the implementation declares for those nodes
   (``impl.input_layouts(node)`` / ``impl.output_layouts(node)``);
 * every conversion names an existing value and registered layouts, and its chain names
@@ -165,6 +168,12 @@ def _check_step(k: int, step: PlanStep, graph: Graph, registry: Registry) -> Non
             raise PlanError(
                 f"{where}: the nodes are not a chain of the pattern {'+'.join(impl.pattern) or '(single node)'}"
             )
+    refused = impl.supports(node)
+    if refused is not None:
+        raise PlanError(
+            f"{where}: {impl.name} does not support these nodes as the graph has them "
+            f"(shapes, dtypes, attributes): {refused}"
+        )
     for name, have, want in (
         ("layouts_in", step.layouts_in, impl.input_layouts(node)),
         ("layouts_out", step.layouts_out, impl.output_layouts(node)),

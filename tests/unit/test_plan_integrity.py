@@ -258,3 +258,23 @@ def test_a_tampered_stored_plan_is_not_used(reg, sess, tmp_path):
     with pytest.raises(PlanNotFoundError, match=r"unknown implementation 'Conv\.numpy\.evil'") as info:
         Session(small_cnn(), registry=reg, backends=["numpy"], store=str(path), require_plan=True)
     assert any("Conv.numpy.evil" in r for r in info.value.reasons)
+
+
+def test_an_implementation_that_refuses_its_nodes_is_rejected():
+    """A step moved to an implementation whose supports() refuses the node as the graph has
+    it (here a 1x1-only Conv on a 3x3 Conv; the same check refuses a plan whose key was
+    edited to other input shapes) is rejected with the implementation's own reason."""
+    from dispatch.backend import load_registry
+
+    registry = load_registry()
+    sess = Session(small_cnn(), registry=registry, backends=["native", "numpy"], store=False)
+    plan = copy.deepcopy(sess.plan)
+    step = plan.steps[0]
+    assert step.nodes[0] == "Conv_1"
+    step.nodes, step.op, step.impl = ["Conv_1"], "Conv", "Conv.native.std_1x1"
+    step.layouts_in, step.layouts_out = ["std", "std", "std"], ["std"]
+    plan.steps.insert(1, copy.deepcopy(sess.plan.steps[0]))
+    plan.steps[1].nodes, plan.steps[1].op = ["Relu_3"], "Relu"
+    with pytest.raises(PlanError, match=r"Conv\.native\.std_1x1 does not support these nodes as the "
+                                        r"graph has them.*needs a 1x1 kernel.*received kernel \[3, 3\]"):
+        validate_plan(plan, sess.graph, registry)
