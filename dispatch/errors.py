@@ -18,6 +18,11 @@ class ModelLoadError(OpDispatchError):
     """The model file or proto could not be read, checked or imported."""
 
 
+class TensorTooLargeError(ModelLoadError):
+    """A tensor of the model, as declared or inferred, has a negative dimension or would not
+    fit in this machine's memory (see :func:`dispatch.graph.max_tensor_bytes`)."""
+
+
 class UnsupportedOpError(OpDispatchError):
     """One or more nodes have no implementation in any allowed backend."""
 

@@ -6,13 +6,21 @@ values) carry their data in :attr:`Value.const`. Nodes are kept in topological o
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import math
+import os
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from dispatch.errors import PlanError, known
+from dispatch.errors import PlanError, TensorTooLargeError, known
+
+#: Largest tensor (bytes) a model may declare or infer; ``None``: this machine's physical
+#: memory (:func:`max_tensor_bytes`). A tensor that cannot fit in memory can never be
+#: computed, so the model is refused when it is loaded rather than failing (or exhausting
+#: the machine's memory) when it runs.
+MAX_TENSOR_BYTES: int | None = None
 
 
 @dataclass(eq=False)
@@ -36,9 +44,11 @@ class Value:
 
     @property
     def nbytes(self) -> int:
+        """Bytes of the tensor (0 when its shape or dtype is unknown); exact for any size
+        (Python integers: a declared shape of 2**62 x 2**62 does not wrap around)."""
         if self.shape is None or self.dtype is None:
             return 0
-        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+        return math.prod(int(d) for d in self.shape) * self.dtype.itemsize
 
     def __repr__(self) -> str:
         kind = "const " if self.is_const else ""
@@ -188,3 +198,44 @@ def topological_order(nodes: Sequence[Node], available: set[str]) -> list[Node]:
             raise PlanError(f"the graph has a cycle through nodes: {names}")
         pending = rest
     return ordered
+
+
+def max_tensor_bytes() -> int:
+    """The largest tensor a model may hold: :data:`MAX_TENSOR_BYTES`, else this machine's
+    physical memory (``1 << 40`` where the system does not say)."""
+    if MAX_TENSOR_BYTES is not None:
+        return int(MAX_TENSOR_BYTES)
+    try:
+        return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (AttributeError, OSError, ValueError):
+        return 1 << 40
+
+
+def _fmt_bytes(n: int) -> str:
+    for unit, size in (("EiB", 1 << 60), ("PiB", 1 << 50), ("TiB", 1 << 40), ("GiB", 1 << 30),
+                       ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} bytes"
+
+
+def check_tensor_sizes(values: Iterable[Value], where: str = "") -> None:
+    """Raise :class:`TensorTooLargeError` for the first value with a negative dimension or
+    larger than :func:`max_tensor_bytes`, naming it, its shape and the limit."""
+    limit = max_tensor_bytes()
+    for v in values:
+        if v.shape is None:
+            continue
+        if any(int(d) < 0 for d in v.shape):
+            raise TensorTooLargeError(
+                f"value {v.name!r}{where} has shape {list(v.shape)}, with a negative dimension; "
+                f"expected dimensions >= 0"
+            )
+        size = v.nbytes
+        if size > limit:
+            raise TensorTooLargeError(
+                f"value {v.name!r}{where} has shape {list(v.shape)} ({v.dtype}): "
+                f"{_fmt_bytes(size)} ({size} bytes), more than the {_fmt_bytes(limit)} a tensor "
+                f"may take on this machine (its physical memory; "
+                f"dispatch.graph.MAX_TENSOR_BYTES sets another limit); the model cannot run here"
+            )

@@ -13,6 +13,7 @@ values. A custom domain's opset must be listed in the model's ``opset_import``.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -25,13 +26,32 @@ import onnx
 from google.protobuf.message import DecodeError
 from onnx import helper, numpy_helper
 
-from dispatch.errors import ModelLoadError, RegistryError, ShapeInferenceError
-from dispatch.graph import Graph, Node, Value, op_key, topological_order
+from dispatch.errors import (
+    ModelLoadError,
+    OpDispatchError,
+    RegistryError,
+    ShapeInferenceError,
+    TensorTooLargeError,
+)
+from dispatch.graph import (
+    Graph,
+    Node,
+    Value,
+    check_tensor_sizes,
+    op_key,
+    topological_order,
+)
 from dispatch.onnx_attrs import attrs_from_proto, np_dtype
 
 ModelLike = str | os.PathLike | bytes | onnx.ModelProto
 
 MIN_OPSET = 7
+
+#: onnx's shape inference with data propagation materialises the values of tensors computed
+#: from constants (a ``Range`` or ``ConstantOfShape`` feeding ``Cast``/``Add``): a model that
+#: computes a constant of more elements than this is inferred without data propagation, so
+#: that a hostile ``Range(0, 2**40)`` cannot exhaust the memory inside onnx
+DATA_PROP_MAX_ELEMENTS = 1 << 20
 
 #: domains defined by ONNX itself, where a backend may not register schemas
 ONNX_DOMAINS = ("", "ai.onnx", "ai.onnx.ml", "ai.onnx.preview.training")
@@ -199,7 +219,8 @@ def read_model(model: ModelLike) -> onnx.ModelProto:
     if isinstance(model, bytes | bytearray | memoryview):
         try:
             return onnx.load_from_string(bytes(model))
-        except (DecodeError, ValueError, RuntimeError) as exc:
+        except (DecodeError, ValueError, RuntimeError, TypeError, RecursionError,
+                MemoryError) as exc:
             raise ModelLoadError(
                 f"the {len(model)} bytes received are not a valid serialized ONNX model "
                 f"(protobuf decode failed: {exc})"
@@ -212,7 +233,8 @@ def read_model(model: ModelLike) -> onnx.ModelProto:
             raise ModelLoadError(f"expected an .onnx file, received the directory {str(path)!r}")
         try:
             return onnx.load(str(path))
-        except (DecodeError, ValueError, RuntimeError, OSError) as exc:
+        except (DecodeError, ValueError, RuntimeError, OSError, TypeError, RecursionError,
+                MemoryError) as exc:
             size = path.stat().st_size
             raise ModelLoadError(
                 f"{str(path)!r} ({size} bytes) is not a valid ONNX model: it could not be decoded "
@@ -234,6 +256,11 @@ def default_opset(proto: onnx.ModelProto) -> int:
 def _check(proto: onnx.ModelProto) -> None:
     if not proto.HasField("graph") or (not proto.graph.node and not proto.graph.output):
         raise ModelLoadError("the model has no graph (empty or not an ONNX ModelProto)")
+    if not proto.graph.output:
+        raise ModelLoadError(
+            f"the model's graph has {len(proto.graph.node)} node(s) but declares no graph "
+            f"outputs; expected at least one output (a model without outputs computes nothing)"
+        )
     opset = default_opset(proto)
     newest = onnx.defs.onnx_opset_version()
     if opset < MIN_OPSET or opset > newest:
@@ -261,7 +288,8 @@ def _check(proto: onnx.ModelProto) -> None:
                 o.type.tensor_type.shape.SetInParent()
     try:
         onnx.checker.check_model(checked)
-    except onnx.checker.ValidationError as exc:
+    except (onnx.checker.ValidationError, ValueError, RuntimeError, TypeError,
+            RecursionError, MemoryError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ModelLoadError(f"the model is not valid ONNX: {first}") from None
 
@@ -301,7 +329,21 @@ def _fix_inputs(
             raise ModelLoadError(
                 f"input {vi.name!r} is not a tensor (sequence, map and optional inputs are not supported)"
             )
-        dims, _ = got
+        dims, elem = got
+        if not elem:
+            raise ModelLoadError(
+                f"input {vi.name!r} declares no element type; expected a tensor type such as "
+                f"tensor(float)"
+            )
+        try:
+            dtype = np_dtype(elem)
+        except ModelLoadError as exc:
+            raise ModelLoadError(f"input {vi.name!r}: {exc}") from None
+        if any(isinstance(d, int) and d < 0 for d in dims):
+            raise ShapeInferenceError(
+                f"input {vi.name!r} declares shape {_fmt_dims(dims)}, with a negative dimension; "
+                f"expected dimensions >= 0"
+            )
         declared_rank = vi.type.tensor_type.HasField("shape")
         if vi.name in shapes:
             new = [int(d) for d in shapes[vi.name]]
@@ -325,6 +367,7 @@ def _fix_inputs(
             )
         else:
             new = [int(d) for d in dims]  # type: ignore[arg-type]
+        check_tensor_sizes([Value(vi.name, tuple(new), dtype)], " (a graph input)")
         shape = vi.type.tensor_type.shape
         shape.ClearField("dim")
         for n in new:
@@ -335,14 +378,112 @@ def _fmt_dims(dims: Sequence[int | str | None]) -> str:
     return "[" + ", ".join("?" if d is None else str(d) for d in dims) + "]"
 
 
-def _infer(proto: onnx.ModelProto) -> onnx.ModelProto:
+def _infer_once(proto: onnx.ModelProto, data_prop: bool) -> onnx.ModelProto:
     try:
-        return onnx.shape_inference.infer_shapes(proto, check_type=True, strict_mode=False, data_prop=True)
+        return onnx.shape_inference.infer_shapes(
+            proto, check_type=True, strict_mode=False, data_prop=data_prop)
     except CustomShapeError as exc:
         raise CustomShapeError(f"shape inference of a custom operator failed: {exc}") from None
-    except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError, RuntimeError) as exc:
+    except MemoryError:
+        raise TensorTooLargeError(
+            "ONNX shape inference ran out of memory: the model computes a tensor too large "
+            "for this machine"
+        ) from None
+    except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError, RuntimeError,
+            ValueError, TypeError, KeyError, IndexError, OverflowError, RecursionError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ShapeInferenceError(f"ONNX shape inference failed: {first}") from None
+
+
+def _constant_values(proto: onnx.ModelProto) -> set[str]:
+    """Names of the values computed from constants alone (initializers, ``Constant`` nodes
+    and the outputs of nodes all of whose inputs are such values)."""
+    const = {i.name for i in proto.graph.initializer}
+    for node in proto.graph.node:  # checked: in topological order
+        if all(not i or i in const for i in node.input):
+            const.update(o for o in node.output if o)
+    return const
+
+
+def _safe_for_data_prop(inferred: onnx.ModelProto) -> bool:
+    """Whether every constant-computed value of ``inferred`` (a model inferred without data
+    propagation) is known to be small enough for onnx to materialise."""
+    const = _constant_values(inferred)
+    init_names = {i.name for i in inferred.graph.initializer}
+    for vi in list(inferred.graph.value_info) + list(inferred.graph.output):
+        if vi.name not in const or vi.name in init_names:
+            continue
+        got = _shape_of(vi.type)
+        if got is None or not vi.type.tensor_type.HasField("shape"):
+            return False
+        dims = got[0]
+        if not all(isinstance(d, int) and d >= 0 for d in dims):
+            return False
+        if math.prod(dims) > DATA_PROP_MAX_ELEMENTS:  # type: ignore[arg-type]
+            return False
+    return True
+
+
+def _infer(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """onnx's shape inference; with data propagation when it is safe (see
+    :data:`DATA_PROP_MAX_ELEMENTS`). The graph outputs' declared types are not trusted: they
+    are inferred, compared with the declaration (a conflict raises) and kept only where the
+    inference knows nothing."""
+    declared = {o.name: onnx.TypeProto.FromString(o.type.SerializeToString())
+                for o in proto.graph.output}
+    work = onnx.ModelProto()
+    work.CopyFrom(proto)
+    for o in work.graph.output:
+        if o.type.HasField("tensor_type"):
+            o.type.Clear()
+    plain = _infer_once(work, data_prop=False)
+    inferred = _infer_once(work, data_prop=True) if _safe_for_data_prop(plain) else plain
+    for o in inferred.graph.output:
+        want = declared.get(o.name)
+        if want is None or not want.HasField("tensor_type"):
+            continue
+        if not o.type.HasField("tensor_type"):
+            o.type.CopyFrom(want)  # nothing inferred (e.g. an unknown custom operator)
+            continue
+        _check_declared_output(o.name, want, o.type)
+    return inferred
+
+
+def _check_declared_output(name: str, want: onnx.TypeProto, got: onnx.TypeProto) -> None:
+    """Raise when graph output ``name``'s declared type ``want`` conflicts with the inferred
+    ``got``; fill what the inference left unknown from the declaration."""
+    wt, gt = want.tensor_type, got.tensor_type
+    if wt.elem_type and gt.elem_type and wt.elem_type != gt.elem_type:
+        raise ShapeInferenceError(
+            f"graph output {name!r} is declared {_type_name(wt.elem_type)}, but the model "
+            f"computes {_type_name(gt.elem_type)} there"
+        )
+    if not gt.elem_type and wt.elem_type:
+        gt.elem_type = wt.elem_type
+    if not wt.HasField("shape"):
+        return
+    wdims = _shape_of(want)[0]  # type: ignore[index]
+    if not gt.HasField("shape"):
+        gt.shape.CopyFrom(wt.shape)
+        return
+    gdims = _shape_of(got)[0]  # type: ignore[index]
+    if len(wdims) != len(gdims) or any(
+        isinstance(w, int) and isinstance(g, int) and w != g for w, g in zip(wdims, gdims)
+    ):
+        raise ShapeInferenceError(
+            f"graph output {name!r} is declared with shape {_fmt_dims(wdims)}, but the model "
+            f"computes shape {_fmt_dims(gdims)} there"
+        )
+    for dim, w in zip(gt.shape.dim, wdims):  # what the inference left unknown
+        if isinstance(w, int) and not dim.HasField("dim_value"):
+            dim.dim_value = w
+
+
+def _type_name(elem: int) -> str:
+    try:
+        return f"tensor({helper.tensor_dtype_to_string(elem).split('.')[-1].lower()})"
+    except (KeyError, ValueError, TypeError):
+        return f"element type {elem}"
 
 
 def import_model(
@@ -374,7 +515,10 @@ def _to_graph(proto: onnx.ModelProto) -> Graph:
         dims, elem = got
         has_shape = vi.type.tensor_type.HasField("shape")
         shape = tuple(dims) if has_shape and all(isinstance(d, int) for d in dims) else None
-        dtype = np_dtype(elem) if elem else None
+        try:
+            dtype = np_dtype(elem) if elem else None
+        except ModelLoadError as exc:
+            raise ModelLoadError(f"value {vi.name!r}: {exc}") from None
         return Value(vi.name, shape, dtype)  # type: ignore[arg-type]
 
     for init in g.initializer:
@@ -424,12 +568,31 @@ def _to_graph(proto: onnx.ModelProto) -> Graph:
             v = values.setdefault(o, Value(o, None, None))
             outs.append(v)
         domain = np_.domain if np_.domain != "ai.onnx" else ""
-        nodes.append(
-            Node(name, np_.op_type, ins, outs, attrs_from_proto(np_), domain, opsets.get(domain, 1))
-        )
+        try:
+            attrs = attrs_from_proto(np_)
+        except OpDispatchError:
+            raise
+        except Exception as exc:  # a malformed tensor attribute
+            raise ModelLoadError(
+                f"node {name!r} ({np_.op_type}): an attribute cannot be read "
+                f"({type(exc).__name__}: {exc})"
+            ) from None
+        for o in outs:
+            if o.shape is not None and any(d < 0 for d in o.shape):
+                raise ShapeInferenceError(
+                    f"node {name!r} ({np_.op_type}) would produce {o.name!r} with shape "
+                    f"{list(o.shape)}: a negative dimension (inputs: "
+                    f"{', '.join(f'{v.name} {list(v.shape or ())}' for v in ins if v is not None)}); "
+                    f"expected dimensions >= 0 (is a kernel or pad larger than its input?)"
+                )
+        nodes.append(Node(name, np_.op_type, ins, outs, attrs, domain, opsets.get(domain, 1)))
 
+    check_tensor_sizes(values.values())
     available = {v.name for v in inputs} | {v.name for v in values.values() if v.is_const}
-    nodes = topological_order(nodes, available)
+    try:
+        nodes = topological_order(nodes, available)
+    except OpDispatchError as exc:
+        raise ModelLoadError(str(exc)) from None
     outputs = []
     for vi in g.output:
         if vi.name not in values:

@@ -11,13 +11,20 @@
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Callable
 
 import numpy as np
 
-from dispatch.errors import OpDispatchError, ShapeInferenceError, UnsupportedOpError
-from dispatch.graph import Graph, Node, Value
+from dispatch.errors import (
+    ModelLoadError,
+    OpDispatchError,
+    ShapeInferenceError,
+    TensorTooLargeError,
+    UnsupportedOpError,
+)
+from dispatch.graph import Graph, Node, Value, check_tensor_sizes, max_tensor_bytes
 from dispatch.registry import STANDARD, Implementation, Registry
 
 #: operators never folded: their result differs from run to run
@@ -102,12 +109,30 @@ def fold_constants(graph: Graph, registry: Registry, *, fill: bool = True) -> in
                 result = [_shape_or_size(node, src.shape)]
         elif all(v is None or v.is_const for v in node.inputs):
             sizes = [o.nbytes for o in node.outputs]
-            if sum(sizes) > FOLD_LIMIT_BYTES:
+            predicted = _predicted_bytes(node)
+            if predicted is not None and predicted > max_tensor_bytes():
+                out = node.outputs[0]
+                check_tensor_sizes([Value(out.name, _predicted_shape(node), out.dtype or
+                                          np.dtype(np.float32))],
+                                   f" (output of node {node.name!r}, {node.op_type})")
+            if sum(sizes) > FOLD_LIMIT_BYTES or (predicted or 0) > FOLD_LIMIT_BYTES:
                 continue
             try:
                 result = evaluate(registry, node, [v.const if v else None for v in node.inputs])
             except OpDispatchError:
                 continue  # left for the planner, which reports unsupported operators
+            except MemoryError:
+                raise TensorTooLargeError(
+                    f"node {node.name!r} ({node.op_type}) ran out of memory computing its "
+                    f"constant output(s) {[o.name for o in node.outputs]} at load time"
+                ) from None
+            except Exception as exc:  # its inputs are constants: it would fail at every run
+                consts = ", ".join(
+                    f"{v.name}={_short(v.const)}" for v in node.inputs if v is not None)
+                raise ModelLoadError(
+                    f"node {node.name!r} ({node.op_type}) fails on its constant inputs "
+                    f"({consts}): {type(exc).__name__}: {exc}"
+                ) from None
         if result is None or any(o.name in output_names for o in node.outputs):
             # not foldable (graph outputs stay computed by a node, so the model runs something)
             if fill and any(o.shape is None or o.dtype is None for o in node.outputs):
@@ -121,6 +146,51 @@ def fold_constants(graph: Graph, registry: Registry, *, fill: bool = True) -> in
         graph.nodes.remove(node)
         folded += 1
     return folded
+
+
+def _short(a: np.ndarray | None, limit: int = 8) -> str:
+    if a is None:
+        return "?"
+    flat = np.asarray(a).ravel()
+    shown = ", ".join(str(x) for x in flat[:limit]) + (", ..." if flat.size > limit else "")
+    return f"[{shown}]" if np.ndim(a) else shown
+
+
+def _predicted_shape(node: Node) -> tuple[int, ...] | None:
+    """The output shape of a shape-generating node (ConstantOfShape, Expand, Tile) from its
+    constant inputs, without computing it; ``None`` when not one of them or not known."""
+    try:
+        if node.op_type == "ConstantOfShape":
+            dims = node.const_input(0)
+            return None if dims is None else tuple(int(d) for d in np.asarray(dims).ravel())
+        if node.op_type == "Expand":
+            x, dims = node.input(0), node.const_input(1)
+            if x is None or x.shape is None or dims is None:
+                return None
+            want = [int(d) for d in np.asarray(dims).ravel()]
+            have = list(x.shape)
+            rank = max(len(want), len(have))
+            want = [1] * (rank - len(want)) + want
+            have = [1] * (rank - len(have)) + have
+            return tuple(max(a, b) if 1 in (a, b) else a for a, b in zip(have, want))
+        if node.op_type == "Tile":
+            x, reps = node.input(0), node.const_input(1)
+            if x is None or x.shape is None or reps is None:
+                return None
+            r = [int(d) for d in np.asarray(reps).ravel()]
+            return tuple(a * b for a, b in zip(x.shape, r)) if len(r) == len(x.shape) else None
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return None
+
+
+def _predicted_bytes(node: Node) -> int | None:
+    shape = _predicted_shape(node)
+    if shape is None or any(d < 0 for d in shape):
+        return None
+    out = node.outputs[0] if node.outputs else None
+    itemsize = out.dtype.itemsize if out is not None and out.dtype is not None else 4
+    return math.prod(shape) * itemsize
 
 
 def _shape_or_size(node: Node, shape: tuple[int, ...]) -> np.ndarray:
@@ -284,8 +354,59 @@ def _evaluate_for_shapes(
 Pass = Callable[[Graph], int]
 
 
+def check_nodes(graph: Graph) -> None:
+    """Structural checks the ONNX checker and shape inference leave out, so that a malformed
+    node is refused when the model is loaded (with what was received and expected) rather
+    than by whichever backend first runs it. Conv: weight rank, channels and groups,
+    ``kernel_shape``, ``auto_pad`` and bias."""
+    for node in graph.nodes:
+        if node.domain == "" and node.op_type == "Conv":
+            reason = _conv_reason(node)
+            if reason:
+                raise ModelLoadError(f"node {node.name!r} (Conv): {reason}")
+
+
+AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
+
+
+def _conv_reason(node: Node) -> str | None:
+    x, w, b = node.input(0), node.input(1), node.input(2)
+    group = node.attr("group", 1)
+    if not isinstance(group, int) or group < 1:
+        return f"group must be an integer >= 1, received {group!r}"
+    auto_pad = node.attr("auto_pad", "NOTSET") or "NOTSET"
+    if auto_pad not in AUTO_PADS:
+        return f"auto_pad must be one of {', '.join(AUTO_PADS)}, received {auto_pad!r}"
+    if x is None or w is None or x.shape is None or w.shape is None:
+        return None
+    xs, ws = x.shape, w.shape
+    if len(xs) < 3:
+        return f"X must have rank >= 3 (N, C, spatial...), received {x.name!r} of shape {list(xs)}"
+    if len(ws) != len(xs):
+        return (f"W must have the rank of X ({len(xs)}: M, C/group, kernel...), received "
+                f"{w.name!r} of shape {list(ws)} for X of shape {list(xs)}")
+    if ws[0] % group:
+        return f"W {list(ws)} has {ws[0]} output channels, not divisible by group={group}"
+    if xs[1] != ws[1] * group:
+        return (f"X {list(xs)} has {xs[1]} channels, W {list(ws)} expects {ws[1]} per group "
+                f"x group={group} = {ws[1] * group}")
+    kernel = node.attr("kernel_shape")
+    if kernel is not None and [int(k) for k in kernel] != list(ws[2:]):
+        return f"kernel_shape {list(kernel)} does not match W's spatial shape {list(ws[2:])}"
+    nd = len(xs) - 2
+    for name, per in (("strides", 1), ("dilations", 1), ("pads", 2)):
+        values = node.attr(name)
+        if values is not None and len(values) != per * nd:
+            return (f"{name} needs {per * nd} values for {nd} spatial axes, received "
+                    f"{list(values)}")
+    if b is not None and b.shape is not None and tuple(b.shape) != (ws[0],):
+        return f"bias B must have shape [{ws[0]}] (W's output channels), received {list(b.shape)}"
+    return None
+
+
 def simplify(graph: Graph, registry: Registry) -> dict[str, int]:
     """Run every load-time pass; returns how much each one changed."""
+    check_nodes(graph)
     stats = {
         "folded_constants": fold_constants(graph, registry),
         "removed_noops": remove_noops(graph),
@@ -295,4 +416,5 @@ def simplify(graph: Graph, registry: Registry) -> dict[str, int]:
     for v in graph.values.values():
         if v.shape is None or v.dtype is None:
             raise ShapeInferenceError(f"value {v.name!r} has no static shape or dtype after import")
+    check_tensor_sizes(graph.values.values())
     return stats
