@@ -18,6 +18,7 @@ onnxruntime and handed over without a copy).
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -209,13 +210,20 @@ def _supports(region: FusedNode) -> str | None:
 
 @impls.register_region("session", propose=propose, priority=Priority.DEFAULT, supports=_supports)
 def build_region(region: FusedNode):
-    """A region as one onnxruntime InferenceSession, run with IO binding."""
+    """A region as one onnxruntime InferenceSession, run with IO binding.
+
+    ``InferenceSession.run_with_iobinding`` may be called from several threads at once, an
+    IO binding may not (it holds one run's inputs and outputs), so each thread binds through
+    its own."""
     sess = session(region)
     in_names = [v.name for v in region.inputs]
     out_names = [v.name for v in region.outputs]
-    binding = sess.io_binding()
+    local = threading.local()
 
     def run(*arrays: np.ndarray) -> tuple[np.ndarray, ...]:
+        binding = getattr(local, "binding", None)
+        if binding is None:
+            binding = local.binding = sess.io_binding()
         for name, a in zip(in_names, arrays):
             binding.bind_cpu_input(name, np.ascontiguousarray(a))
         for name in out_names:
