@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import importlib
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 from dispatch.backend import Backend
-from dispatch.registry import Registry
+from dispatch.graph import Node
+from dispatch.registry import Implementation, Registry
 
 #: The modules whose implementations this backend registers, imported explicitly.
 MODULES = (
@@ -36,4 +41,29 @@ class NumpyBackend(Backend):
 
         for mod in MODULES:
             importlib.import_module(f"impls.numpy.{mod}")
-        registry.add_table(impls)
+        registry.add_table(ieee(impl) for impl in impls)
+
+
+def ieee(impl: Implementation) -> Implementation:
+    """``impl`` with its build function and kernels run under ``np.errstate(all="ignore")``.
+
+    ONNX float arithmetic follows IEEE 754: a product may overflow to inf, 0/0 is NaN, and
+    neither is an error. numpy reports each as a RuntimeWarning (an exception where warnings
+    are errors), which no kernel of the reference may raise for a valid input; wrapping every
+    kernel here covers the ones (matmul, sums, means, squares) that did not guard themselves.
+    """
+    build = impl.build
+
+    @functools.wraps(build)
+    def quiet_build(node: Node) -> Callable[..., Any]:
+        with np.errstate(all="ignore"):
+            kernel = build(node)
+
+        @functools.wraps(kernel)
+        def run(*args: Any) -> Any:
+            with np.errstate(all="ignore"):
+                return kernel(*args)
+
+        return run
+
+    return dataclasses.replace(impl, build=quiet_build)

@@ -307,6 +307,52 @@ def gelu_formula(node: Node) -> Kernel:
     return run
 
 
+# -- parametric activations -----------------------------------------------------------------
+# Reference semantics for the activations other backends implement (oneDNN's eltwise), so
+# that the tuner can check those candidates and build a whole-model reference plan.
+
+
+def _supports_float(node: Node) -> str | None:
+    return check_dtypes(node, FLOAT_TYPES)
+
+
+@impls.register("LeakyRelu", "where", priority=Priority.DEFAULT, supports=_supports_float)
+def leaky_relu_where(node: Node) -> Kernel:
+    """LeakyRelu: x where x >= 0, else alpha * x (alpha defaults to 0.01)."""
+    alpha = float(node.attr("alpha", 0.01))
+
+    def run(x: np.ndarray) -> np.ndarray:
+        with np.errstate(all="ignore"):
+            return as_std(np.where(x >= 0, x, x * x.dtype.type(alpha)), x.dtype)
+
+    return run
+
+
+@impls.register("Elu", "expm1", priority=Priority.DEFAULT, supports=_supports_float)
+def elu_expm1(node: Node) -> Kernel:
+    """Elu: x where x > 0, else alpha * (exp(x) - 1) (alpha defaults to 1), with np.expm1."""
+    alpha = float(node.attr("alpha", 1.0))
+
+    def run(x: np.ndarray) -> np.ndarray:
+        with np.errstate(all="ignore"):
+            neg = x.dtype.type(alpha) * np.expm1(np.minimum(x, x.dtype.type(0)))
+            return as_std(np.where(x > 0, x, neg), x.dtype)
+
+    return run
+
+
+@impls.register("HardSwish", "formula", priority=Priority.DEFAULT, supports=_supports_float)
+def hard_swish_formula(node: Node) -> Kernel:
+    """HardSwish: x * max(0, min(1, x / 6 + 1 / 2))."""
+
+    def run(x: np.ndarray) -> np.ndarray:
+        t = x.dtype.type
+        with np.errstate(all="ignore"):
+            return as_std(x * np.clip(x * t(1 / 6) + t(0.5), t(0), t(1)), x.dtype)
+
+    return run
+
+
 # -- Clip ------------------------------------------------------------------------------------
 
 

@@ -144,8 +144,10 @@ def lrn_window(node: Node) -> Kernel:
     after = size - 1 - before
 
     def run(x: np.ndarray) -> np.ndarray:
-        ct = _compute_dtype(x.dtype)
-        xc = x.astype(ct, copy=False)
+        # float64 for float16/float32: x**2 of |x| > 1.8e19 overflows float32, which turned
+        # a representable result (x / (bias + alpha/size * sum x**2)**beta, tiny) into 0
+        ct = np.dtype(np.float64)
+        xc = x.astype(ct)
         c = x.shape[1]
         sq = np.zeros((x.shape[0], c + size - 1, *x.shape[2:]), dtype=ct)
         np.square(xc, out=sq[:, before : before + c])

@@ -1,0 +1,361 @@
+"""Numerics on edge shapes and values (issue 7): every implementation against the reference,
+every layout converter round trip bit for bit.
+
+Implementations: every registered implementation of every available backend, taken from the
+registry (single-node, fused patterns, and the onnxruntime region implementation over every
+op's cases), on the edge kinds of :mod:`tests.reliability.numerics_cases` — 1x1 spatial, channel
+counts not divisible by the block, batch 3, tiny (~1e-30 and denormal), huge (~1e30), overflowing
+(~3e38) and zero inputs. Each (implementation, edge kind) is one test that runs the
+implementation on every case of its op where the tuner would offer it (its ``supports()`` and
+layouts accept the node) and compares with the reference (see numerics_harness). Where it is
+not offered, its refusal must carry a reason; an implementation that runs no case of an edge
+kind at all must be listed in :data:`REFUSALS` with the reason it gives.
+
+Layouts: every registered layout's from_standard / to_standard round trip and every direct
+converter (against its two-step chain through the standard layout) on edge shapes filled with
+edge values (denormals, +-0, +-inf, NaN, float32 max), compared bit for bit, padding zero.
+
+``test_summary`` prints the figures (implementations, layouts, converters, cases, runs).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from dispatch.registry import STANDARD, Implementation
+from tests.reliability.numerics_cases import BUILDERS, EDGES, VALUE_EDGES
+from tests.reliability.numerics_harness import (
+    Tolerance,
+    candidates_of,
+    check_candidate,
+    impls_under_test,
+    op_keys,
+    prepared,
+    registry,
+    rejections_of,
+)
+
+#: Legitimate numerical differences from the reference: (implementation glob, op glob, edge
+#: glob) -> (the tolerance of those cases only, why).
+DIFFERENCES: dict[tuple[str, str, str], tuple[Tolerance, str]] = {
+    ("Conv.numpy.winograd", "Conv", "overflow"): (
+        Tolerance(1e-3, 1e-4, nan_where_inf=True),
+        "Winograd F(2,3) transforms add and subtract inputs and products before the sum: "
+        "with inputs ~3e38 a transformed tile overflows to +-inf and inf - inf gives NaN "
+        "where the direct sum (the reference) overflows to +inf",
+    ),
+    ("*.onednn.*", "Elu", "tiny"): (
+        Tolerance(1e-5, 1.0),
+        "exp(x) - 1 cancels for |x| < 6e-8 in float32: negative inputs ~1e-30 give 0 where "
+        "the reference's expm1 gives x (an absolute error of at most |alpha * x|)",
+    ),
+    ("Region.onnxruntime.session", "Elu", "tiny"): (
+        Tolerance(1e-5, 1.0),
+        "onnxruntime's Elu computes exp(x) - 1 too (see oneDNN's Elu)",
+    ),
+    ("Region.onnxruntime.session", "LRN", "huge|overflow"): (
+        Tolerance(1e-4, 1.0, nan_anywhere=True),
+        "onnxruntime sums the squares in float32: x**2 of |x| > 1.8e19 overflows, so it gives "
+        "x / inf**beta = 0 (or NaN where the sum is inf - inf) where the result is ~1e-12 to "
+        "1e-16; the reference sums in float64. Accepted: NaN, or an error up to the output's "
+        "magnitude",
+    ),
+    ("Region.onnxruntime.session", "LayerNormalization", "overflow"): (
+        Tolerance(1e-3, 1e-4, any_where_nan=True),
+        "the mean of inputs ~3e38 overflows the float32 stash type (stash_type=1): the "
+        "reference gives NaN, onnxruntime finite values; the result is undefined in float32",
+    ),
+}
+
+#: Implementations that cannot run any case of an edge kind: (implementation glob, edge glob)
+#: -> a pattern the refusal reason of the cases it was meant for must match (other cases may be
+#: refused for other reasons: a rank-2 tensor in a rank-4 layout, a broadcast).
+REFUSALS: dict[tuple[str, str], str] = {
+    # oneDNN has only its (slow) reference kernel for blocked layouts with a padded channel
+    # block when f(0) != 0 (the padding must stay zero), so these refuse C % block != 0; every
+    # odd_channels case has such a C
+    ("*.onednn.nchw8c*", "odd_channels"): r"f\(0\) != 0 in nchw8c needs whole channel blocks",
+    ("*.onednn.nchw16c*", "odd_channels"): r"f\(0\) != 0 in nchw16c needs whole channel blocks",
+}
+
+#: (implementation, edge kind) -> candidate runs checked in this process (for test_summary)
+RUNS: Counter[tuple[str, str]] = Counter()
+
+
+def _params() -> list[tuple[str, str, str]]:
+    reg = registry()
+    keys = op_keys(reg)
+    out = []
+    for impl in impls_under_test(reg):
+        for op in keys if impl.is_region else [impl.op]:
+            out.extend((impl.name, op, edge) for edge in EDGES)
+    return out
+
+
+PARAMS = _params()
+
+
+def _id(p: tuple[str, str, str]) -> str:
+    impl, op, edge = p
+    return f"{impl}-{edge}" if impl.split(".")[0] == op else f"{impl}-{op}-{edge}"
+
+
+def _difference(impl: Implementation, op: str, edge: str) -> Tolerance | None:
+    for (ig, og, eg), (tol, _why) in DIFFERENCES.items():
+        if (fnmatch.fnmatchcase(impl.name, ig) and fnmatch.fnmatchcase(op, og)
+                and any(fnmatch.fnmatchcase(edge, e) for e in eg.split("|"))):
+            return tol
+    return None
+
+
+def _refusal(impl: Implementation, edge: str) -> str | None:
+    for (ig, eg), pattern in REFUSALS.items():
+        if fnmatch.fnmatchcase(impl.name, ig) and fnmatch.fnmatchcase(edge, eg):
+            return pattern
+    return None
+
+
+def test_every_op_of_the_registry_has_edge_cases():
+    """A new operator or fused pattern cannot escape the edge cases."""
+    missing = sorted(set(op_keys(registry())) - set(BUILDERS))
+    assert not missing, f"no edge cases for {missing}: add a builder in numerics_cases.py"
+
+
+@pytest.mark.parametrize(("impl_name", "op", "edge"), PARAMS, ids=[_id(p) for p in PARAMS])
+def test_implementation_matches_reference_on_edge_cases(impl_name: str, op: str, edge: str) -> None:
+    reg = registry()
+    impl = reg.impl(impl_name)
+    tol = _difference(impl, op, edge)
+    ran, failures, refused = 0, [], []
+    for p in prepared(op, edge):
+        cands = candidates_of(p, impl)
+        if not cands:
+            reasons = rejections_of(p, impl)
+            assert reasons and all(isinstance(r, str) and r.strip() for r in reasons), (
+                f"{impl_name} neither ran nor was refused with a reason on {p.case.id}")
+            refused.extend(reasons)
+            continue
+        for cand in cands:
+            ran += 1
+            wrong = check_candidate(reg, p, cand, tol)
+            if wrong:
+                failures.append(f"{p.case.id} {cand.id} {list(cand.layouts_in)}->{list(cand.layouts_out)}: {wrong}")
+    RUNS[(impl_name, edge)] += ran
+    assert not failures, f"{len(failures)} case(s) differ:\n" + "\n".join(failures)
+    if ran == 0:
+        pattern = _refusal(impl, edge)
+        assert pattern is not None, (
+            f"{impl_name} ran no {op} case of edge kind {edge!r}; refusals: {sorted(set(refused))}")
+        assert any(re.search(pattern, r) for r in refused), (
+            f"{impl_name} refused every {op} case of {edge!r} but not with the documented "
+            f"reason {pattern!r}: {sorted(set(refused))}")
+
+
+# -- layouts --------------------------------------------------------------------------------------
+
+LAYOUT_SHAPES: dict[int, list[tuple[int, ...]]] = {
+    4: [(1, 1, 1, 1), (1, 16, 1, 1), (2, 17, 1, 1), (1, 3, 5, 5), (3, 7, 3, 3), (1, 33, 2, 3),
+        (3, 16, 4, 4), (8, 1, 3, 3), (17, 1, 1, 1)],
+    2: [(1, 1), (1, 33), (17, 1), (3, 17), (33, 70)],
+}
+#: edge values every round-trip tensor starts with (then N(0, 1))
+SPECIALS = np.array([0.0, -0.0, 1e-40, -1e-40, 1.4e-45, 1e-30, -1e-30, 1e30, 3.4028235e38,
+                     -3.4028235e38, np.inf, -np.inf, np.nan, 1.0, -1.0], np.float32)
+
+
+def edge_tensor(shape: tuple[int, ...], seed: int = 0) -> np.ndarray:
+    """A float32 tensor of ``shape``: the edge values in turn, each fourth element random."""
+    n = int(np.prod(shape))
+    x = np.resize(SPECIALS, n)
+    x[3::4] = np.random.default_rng(seed).standard_normal(len(x[3::4])).astype(np.float32)
+    return x.reshape(shape)
+
+
+def bits(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(a, np.float32).view(np.uint32)
+
+
+def _layout_params() -> list[tuple[str, tuple[int, ...]]]:
+    reg = registry()
+    out = []
+    for name, lay in reg.layouts.layouts.items():
+        if name == STANDARD:
+            continue
+        ranks = [lay.rank] if lay.rank is not None else sorted(LAYOUT_SHAPES)
+        out.extend((name, s) for r in ranks for s in LAYOUT_SHAPES[r])
+    return out
+
+
+LAYOUT_PARAMS = _layout_params()
+
+
+def _shape_id(s: tuple[int, ...]) -> str:
+    return "x".join(map(str, s))
+
+
+#: Layouts that hold only some shapes of their rank: layout -> (predicate on the logical shape,
+#: the error its converter raises otherwise). A depthwise weight (M, 1, KH, KW) has no input
+#: channel axis to pack.
+PARTIAL_LAYOUTS = {
+    "Goihw8g": (lambda s: s[1] == 1, "second dimension must be 1"),
+    "Goihw16g": (lambda s: s[1] == 1, "second dimension must be 1"),
+}
+
+
+@pytest.mark.parametrize(("layout", "shape"), LAYOUT_PARAMS,
+                         ids=[f"{n}-{_shape_id(s)}" for n, s in LAYOUT_PARAMS])
+def test_layout_round_trip_is_bit_exact(layout: str, shape: tuple[int, ...]) -> None:
+    reg = registry()
+    lay = reg.layouts.layout(layout)
+    x = edge_tensor(shape)
+    to = reg.layouts.converters[(STANDARD, layout)]
+    back = reg.layouts.converters[(layout, STANDARD)]
+    partial = PARTIAL_LAYOUTS.get(layout)
+    if partial is not None and not partial[0](shape):
+        for conv in to:
+            with pytest.raises(ValueError, match=partial[1]):
+                conv(x, shape)
+        return
+    for f in to:
+        phys = f(x.copy(), shape)
+        assert phys.dtype == np.float32 and phys.shape == lay.stored_shape(shape), (
+            f"{f.name}: {phys.dtype}{phys.shape}, expected float32{lay.stored_shape(shape)}")
+        # padding holds zeros only: as many non-zero (NaN included) elements as the tensor
+        assert np.count_nonzero(phys) == np.count_nonzero(x), f"{f.name}: non-zero padding"
+        for b in back:
+            y = b(phys.copy(), shape)
+            assert y.shape == shape, f"{b.name}: shape {y.shape}, expected {shape}"
+            np.testing.assert_array_equal(bits(y), bits(x), err_msg=f"{f.name} then {b.name}")
+
+
+def _direct_params() -> list[tuple[str, tuple[int, ...]]]:
+    reg = registry()
+    return [(c.name, s) for cs in reg.layouts.converters.values() for c in cs if c.direct
+            for s in LAYOUT_SHAPES[reg.layouts.layout(c.src).rank or 4]]
+
+
+DIRECT_PARAMS = _direct_params()
+
+
+@pytest.mark.parametrize(("converter", "shape"), DIRECT_PARAMS,
+                         ids=[f"{n}-{_shape_id(s)}" for n, s in DIRECT_PARAMS])
+def test_direct_converter_equals_the_two_step_chain(converter: str, shape: tuple[int, ...]) -> None:
+    reg = registry()
+    conv = reg.layouts.converter(converter)
+    x = edge_tensor(shape, seed=1)
+    for to_src in reg.layouts.converters[(STANDARD, conv.src)]:
+        src = to_src(x, shape)
+        got = conv(src.copy(), shape)
+        assert got.shape == reg.layouts.layout(conv.dst).stored_shape(shape)
+        for a in reg.layouts.converters[(conv.src, STANDARD)]:
+            for b in reg.layouts.converters[(STANDARD, conv.dst)]:
+                want = b(a(src.copy(), shape), shape)
+                np.testing.assert_array_equal(bits(got), bits(want), err_msg=f"{conv.name} vs {a.name}, {b.name}")
+
+
+# -- figures --------------------------------------------------------------------------------------
+
+
+def test_summary(capsys: pytest.CaptureFixture[str]) -> None:
+    """Count what this module checks (printed; the figures of docs/RELIABILITY.md). Cases and
+    candidate runs are counted from the case builders and the tuner's candidate enumeration,
+    so the figures are the same whether or not the other tests ran first."""
+    reg = registry()
+    impls = impls_under_test(reg)
+    cases = runs = 0
+    covered: set[tuple[str, str]] = set()
+    for op in op_keys(reg):
+        for edge in EDGES:
+            for p in prepared(op, edge):
+                cases += 1
+                for impl in impls:
+                    if impl.is_region or impl.op == op:
+                        n = len(candidates_of(p, impl))
+                        runs += n
+                        if n:
+                            covered.add((impl.name, edge))
+    layouts = [n for n in reg.layouts.layouts if n != STANDARD]
+    converters = [c for cs in reg.layouts.converters.values() for c in cs]
+    by_backend = Counter(i.backend for i in impls)
+    lines = [
+        f"implementations: {len(impls)} ({', '.join(f'{b} {n}' for b, n in sorted(by_backend.items()))})",
+        f"op keys (ops and fused patterns): {len(op_keys(reg))}",
+        f"edge kinds: {len(EDGES)} ({', '.join(EDGES)}; value kinds {', '.join(VALUE_EDGES)})",
+        f"cases (models): {cases}",
+        f"implementation runs checked against the reference: {runs}",
+        f"(implementation, edge kind) pairs run: {len(covered)} of {len(impls) * len(EDGES)}",
+        f"layouts: {len(layouts)}; converters: {len(converters)} "
+        f"({sum(c.direct for c in converters)} direct)",
+        f"layout round-trip tests: {len(LAYOUT_PARAMS)}; direct-converter tests: {len(DIRECT_PARAMS)}",
+    ]
+    with capsys.disabled():
+        print("\nedge numerics summary:\n  " + "\n  ".join(lines))
+    refused = {(i.name, e) for i in impls for e in EDGES} - covered
+    undocumented = sorted(f"{n}/{e}" for n, e in refused if _refusal(reg.impl(n), e) is None)
+    assert not undocumented, f"implementations that ran no case of an edge kind: {undocumented}"
+
+
+# -- regressions ----------------------------------------------------------------------------------
+
+
+def test_every_operator_has_a_reference_implementation():
+    """Regression: LeakyRelu, Elu and HardSwish had oneDNN implementations but no numpy
+    reference, so the tuner's check of their candidates failed with LookupError (they could never
+    win a tuned plan) and no whole-model reference plan could be built for a model using them."""
+    reg = registry()
+    ops = {i.op for i in impls_under_test(reg) if not i.pattern and not i.is_region}
+    missing = sorted(op for op in ops if not any(i.backend == "numpy" for i in reg.impls_for(op)))
+    assert not missing, f"operators without a numpy reference implementation: {missing}"
+
+
+@pytest.mark.parametrize(("op", "attrs", "x", "want"), [
+    ("LeakyRelu", {"alpha": 0.1}, [-2.0, -0.0, 0.0, 3.0, -np.inf], [-0.2, 0.0, 0.0, 3.0, -np.inf]),
+    ("Elu", {"alpha": 0.5}, [-1e-30, -np.inf, 0.0, 2.0], [-5e-31, -0.5, 0.0, 2.0]),
+    ("HardSwish", {}, [-3.0, -1.5, 0.0, 1.5, 3.0, 1e30], [0.0, -0.375, 0.0, 1.125, 3.0, 1e30]),
+])
+def test_new_reference_activations(op: str, attrs: dict, x: list[float], want: list[float]) -> None:
+    """The reference LeakyRelu, Elu (expm1: exact for tiny inputs) and HardSwish by value."""
+    from tests.native.support import case
+
+    arr = np.array(x, np.float32)
+    node, _ = case(op, [arr], attrs)
+    (impl,) = [i for i in registry().impls_for(op) if i.backend == "numpy"]
+    np.testing.assert_allclose(impl.build(node)(arr), np.array(want, np.float32), rtol=1e-6)
+
+
+def test_reference_kernels_raise_no_floating_point_warnings():
+    """Regression: the reference Conv (np.matmul), Gemm, BatchNormalization, LRN, pooling and
+    reductions let numpy's RuntimeWarning escape on overflowing inputs (an exception where
+    warnings are errors); IEEE overflow to inf is ONNX semantics, not an error."""
+    import warnings
+
+    from tests.native.support import case
+
+    x = np.full((1, 2, 3, 3), 3e38, np.float32)
+    w = np.full((2, 2, 3, 3), 2.0, np.float32)
+    with np.errstate(all="ignore"):  # onnx's evaluator, which builds the node's output shape
+        node, _ = case("Conv", [x, w], {"pads": [1, 1, 1, 1]}, const_inputs=[1])
+    impl = registry().impl("Conv.numpy.im2col")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        y = impl.build(node)(x, w)
+    assert np.isposinf(y).all()
+
+
+def test_reference_lrn_of_huge_values_is_not_zero():
+    """Regression: the reference LRN squared float32 inputs: x**2 of x ~1e30 overflowed to inf
+    and the result, x / (1 + alpha/size * sum x**2)**beta ~1e-12, came out 0."""
+    from tests.native.support import case
+
+    x = np.full((1, 3, 1, 1), 1e30, np.float32)
+    with np.errstate(all="ignore"):  # onnx's evaluator, which builds the node's output shape
+        node, _ = case("LRN", [x], {"size": 3})
+    y = registry().impl("LRN.numpy.window").build(node)(x)
+    center = 1e30 / (1 + 1e-4 / 3 * 3 * 1e60) ** 0.75
+    np.testing.assert_allclose(y[0, 1, 0, 0], center, rtol=1e-5)
+    assert (y > 0).all()
