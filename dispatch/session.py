@@ -660,11 +660,28 @@ class Session:
         out: dict[str, np.ndarray] = {}
         for name, value in feeds.items():
             v = expected[name]
-            arr = value if isinstance(value, np.ndarray) else np.asarray(value)
+            if isinstance(value, np.ma.MaskedArray):
+                raise FeedError(
+                    f"input {name!r}: received a numpy masked array; its mask would be ignored: "
+                    f"pass a plain array (e.g. value.filled(0)) of dtype {v.dtype} and shape "
+                    f"{list(v.shape or ())}"
+                )
+            given = "" if isinstance(value, np.ndarray) else (
+                f" (converted from a {type(value).__name__})")
+            try:
+                # a plain ndarray: subclasses (np.matrix) change what operators mean
+                arr = value if type(value) is np.ndarray else np.asarray(value)
+            except (ValueError, TypeError, OverflowError) as exc:
+                raise FeedError(
+                    f"input {name!r}: received a {type(value).__name__} that is not an array of "
+                    f"numbers ({exc}); expected a numpy array of dtype {v.dtype} and shape "
+                    f"{list(v.shape or ())}"
+                ) from None
             if arr.dtype != v.dtype:
                 raise FeedError(
-                    f"input {name!r}: received dtype {arr.dtype}, expected {v.dtype} "
-                    f"(shape {list(v.shape or ())})"
+                    f"input {name!r}: received dtype {arr.dtype}{given}, expected {v.dtype} "
+                    f"(shape {list(v.shape or ())}); feeds are not converted silently: pass "
+                    f"np.asarray(value, dtype=np.{np.dtype(v.dtype).name})"
                 )
             if tuple(arr.shape) != tuple(v.shape or ()):
                 raise FeedError(
