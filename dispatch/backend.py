@@ -134,27 +134,61 @@ def _entry_point_sources() -> list[tuple[str, str, Loader]]:
 
 
 def _plugin_modules(plugin_path: str | None) -> list[tuple[str, Path]]:
+    """``(name, path)`` of each plugin module in the folders of ``plugin_path``; a folder
+    that is missing, is a file or cannot be listed, and a ``.py`` entry that is no readable
+    file (a dangling link), are listed too, so that importing them reports why."""
     out: list[tuple[str, Path]] = []
     for folder in (plugin_path or "").split(os.pathsep):
         if not folder:
             continue
         base = Path(folder)
-        if not base.is_dir():
-            out.append((f"<missing folder {folder}>", base))
+        try:
+            is_dir = base.is_dir()
+            exists = is_dir or base.exists()
+        except OSError:
+            is_dir = exists = False
+        if not is_dir:
+            label = "missing folder" if not exists else "not a folder"
+            out.append((f"<{label} {folder}>", base))
             continue
-        for entry in sorted(base.iterdir()):
+        try:
+            entries = sorted(base.iterdir())
+        except OSError:
+            out.append((f"<unreadable folder {folder}>", base))
+            continue
+        for entry in entries:
             if entry.name.startswith(("_", ".")):
                 continue
-            if entry.suffix == ".py" and entry.is_file():
+            try:
+                if entry.suffix == ".py" and not entry.is_dir():
+                    out.append((entry.stem, entry))  # a dangling link fails on import, with why
+                elif entry.is_dir() and (entry / "__init__.py").exists():
+                    out.append((entry.name, entry / "__init__.py"))
+            except OSError:
                 out.append((entry.stem, entry))
-            elif entry.is_dir() and (entry / "__init__.py").exists():
-                out.append((entry.name, entry / "__init__.py"))
     return out
 
 
 def _import_plugin(name: str, path: Path) -> list[object]:
-    if not path.exists():
+    if name.startswith("<unreadable folder "):
+        try:
+            list(path.iterdir())
+        except OSError as exc:
+            raise RegistryError(
+                f"plugin folder {path} cannot be listed ({type(exc).__name__}: {exc})") from None
+    if name.startswith("<not a folder "):
+        raise RegistryError(
+            f"plugin path entry {path} is a file, not a folder: OPDISPATCH_PLUGIN_PATH lists "
+            f"folders (separated by {os.pathsep!r}) holding plugin modules and packages; put the "
+            f"module in a folder and list the folder"
+        )
+    if name.startswith("<missing folder "):
         raise RegistryError(f"plugin folder {path} does not exist")
+    if not path.is_file():
+        raise RegistryError(
+            f"plugin module {path} is not a readable file"
+            + (" (a symbolic link to a missing file)" if path.is_symlink() else "")
+        )
     mod_name = f"opdispatch_plugin_{name}"
     spec = importlib.util.spec_from_file_location(
         mod_name, path, submodule_search_locations=[str(path.parent)] if path.name == "__init__.py" else None
