@@ -291,7 +291,34 @@ def _check(proto: onnx.ModelProto) -> None:
     except (onnx.checker.ValidationError, ValueError, RuntimeError, TypeError,
             RecursionError, MemoryError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ModelLoadError(f"the model is not valid ONNX: {first}") from None
+        why = _order_problem(proto.graph) if "topologically sorted" in first else ""
+        raise ModelLoadError(f"the model is not valid ONNX: {first}{why}") from None
+
+
+def _order_problem(graph: onnx.GraphProto) -> str:
+    """Why ``graph``'s nodes cannot run in order: inputs that nothing defines (a missing
+    initializer or graph input), or a cycle; ``""`` when merely unsorted."""
+    defined = {i.name for i in graph.input} | {i.name for i in graph.initializer}
+    nodes = [(n.name or f"{n.op_type}_{k}", list(n.input), list(n.output))
+             for k, n in enumerate(graph.node)]
+    produced = {o for _, _, outs in nodes for o in outs if o}
+    missing = sorted({i for _, ins, _ in nodes for i in ins if i and i not in defined | produced})
+    if missing:
+        readers = [name for name, ins, _ in nodes if any(i in missing for i in ins)]
+        return (f"; {', '.join(map(repr, missing[:10]))} (read by {', '.join(readers[:10])}) "
+                f"is neither a graph input, an initializer nor a node output: a missing "
+                f"initializer or input?")
+    ready, pending = set(defined), nodes
+    while pending:
+        rest = [n for n in pending if not all(not i or i in ready for i in n[1])]
+        if len(rest) == len(pending):
+            names = ", ".join(name for name, _, _ in rest[:10])
+            return f"; the graph has a cycle: nodes {names} each wait for another's output"
+        for n in pending:
+            if n not in rest:
+                ready.update(n[2])
+        pending = rest
+    return ""
 
 
 def _shape_of(tp: onnx.TypeProto) -> tuple[list[int | str | None], int] | None:

@@ -180,3 +180,223 @@ def test_a_crashing_custom_shape_function_is_an_error_not_a_crash(tmp_path):
     with pytest.raises(ShapeInferenceError, match=(
             r"node 'bug' \(com.buggy.test::Buggy, registered by backend 'buggy'\): list index out of range")):
         import_model(model)
+
+
+# -- hostile models (issue #7): each gets a clean error saying what was received ------------
+
+F32 = onnx.TensorProto.FLOAT
+
+
+def _model(nodes, inputs, outputs=("y",), inits=(), opset=17):
+    from onnx import helper
+
+    graph = helper.make_graph(
+        nodes, "hostile", [helper.make_tensor_value_info(n, F32, s) for n, s in inputs],
+        [helper.make_tensor_value_info(n, F32, None) for n in outputs], list(inits))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _node(op, ins, outs, name=None, **attrs):
+    return onnx.helper.make_node(op, ins, outs, name=name or f"{op}_node", **attrs)
+
+
+def _const(name, arr):
+    return onnx.numpy_helper.from_array(np.asarray(arr), name)
+
+
+@pytest.fixture(scope="module")
+def registry():
+    from dispatch.backend import load_registry
+
+    return load_registry()
+
+
+def _session(model, registry, **kw):
+    from dispatch.session import Session
+
+    return Session(model, registry=registry, store=False, **kw)
+
+
+def test_enormous_declared_input_is_refused_before_anything_is_allocated(registry):
+    from dispatch.errors import TensorTooLargeError
+
+    model = _model([_node("Relu", ["x"], ["y"])], [("x", [2**40, 3, 224, 224])])
+    with pytest.raises(TensorTooLargeError, match=(
+            r"value 'x' \(a graph input\) has shape \[1099511627776, 3, 224, 224\] \(float32\): "
+            r"588.0 PiB .*more than the .* a tensor may take on this machine")):
+        _session(model, registry)
+    model = _model([_node("Relu", ["x"], ["y"])], [("x", [2**62, 2**62])])  # overflows int64
+    with pytest.raises(TensorTooLargeError, match=r"\[4611686018427387904, 4611686018427387904\]"):
+        import_model(model)
+
+
+def test_the_tensor_limit_can_be_set(monkeypatch):
+    import dispatch.graph
+    from dispatch.errors import TensorTooLargeError
+
+    monkeypatch.setattr(dispatch.graph, "MAX_TENSOR_BYTES", 1000)
+    with pytest.raises(TensorTooLargeError, match=r"value 'x' .*\[16, 16\] .*1.0 KiB \(1024 bytes\)"):
+        import_model(_model([_node("Relu", ["x"], ["y"])], [("x", [16, 16])]))
+    import_model(_model([_node("Relu", ["x"], ["y"])], [("x", [10, 25])]))
+
+
+@pytest.mark.parametrize("op, extra, inits", [
+    ("Reshape", ["s"], [_const("s", np.array([2**20, 2**20, 2**10], np.int64))]),
+    ("Expand", ["s"], [_const("s", np.array([2**20, 2**20, 2**10], np.int64))]),
+    ("Tile", ["s"], [_const("s", np.array([2**40], np.int64))]),
+])
+def test_huge_shapes_from_constants_are_refused(registry, op, extra, inits):
+    from dispatch.errors import TensorTooLargeError
+
+    shape = [1, 2] if op == "Reshape" else [1]
+    model = _model([_node(op, ["x", *extra], ["y"])], [("x", shape)], inits=inits)
+    with pytest.raises(TensorTooLargeError, match=r"value 'y' has shape \[.*\] \(float32\): .* (TiB|PiB)"):
+        _session(model, registry)
+
+
+def test_huge_constant_of_shape_and_range_are_refused_without_materialising(registry):
+    """onnx's data propagation would build these in memory (a Range of 2**40 elements
+    feeding a Cast): it is skipped for large constants, and the size check refuses them."""
+    from dispatch.errors import TensorTooLargeError
+
+    cos = _model([_node("ConstantOfShape", ["s"], ["c"]), _node("Add", ["x", "c"], ["y"])],
+                 [("x", [1])], inits=[_const("s", np.array([2**20, 2**20, 2**10], np.int64))])
+    with pytest.raises(TensorTooLargeError, match=r"value 'c' has shape \[1048576, 1048576, 1024\]"):
+        _session(cos, registry)
+    rng = _model([_node("Range", ["a", "b", "d"], ["r"]), _node("Cast", ["r"], ["y"], to=F32)],
+                 [("x", [1])], inits=[_const("a", np.array(0, np.int64)),
+                                      _const("b", np.array(2**40, np.int64)),
+                                      _const("d", np.array(1, np.int64))])
+    with pytest.raises(TensorTooLargeError, match=r"value 'r' has shape \[1099511627776\] \(int64\)"):
+        _session(rng, registry)
+
+
+def test_a_constant_node_that_fails_on_its_constants(registry):
+    model = _model([_node("ConstantOfShape", ["s"], ["c"]), _node("Add", ["x", "c"], ["y"])],
+                   [("x", [1])], inits=[_const("s", np.array([-5, 3], np.int64))])
+    with pytest.raises(ModelLoadError, match=(
+            r"node 'ConstantOfShape_node' \(ConstantOfShape\) fails on its constant inputs "
+            r"\(s=\[-5, 3\]\): ValueError: .*negative dimension")):
+        _session(model, registry)
+
+
+def test_initializer_claiming_huge_dims_with_little_data():
+    t = onnx.TensorProto(name="W", data_type=F32, dims=[2**20, 2**20], raw_data=b"\0" * 16)
+    model = _model([_node("Add", ["x", "W"], ["y"])], [("x", [1])], inits=[t])
+    with pytest.raises(ModelLoadError, match=r"raw_data size \(16 bytes\) is too small"):
+        import_model(model)
+
+
+def test_negative_inferred_dimension_names_the_node():
+    w = _const("W", np.ones((4, 3, 3, 3), np.float32))
+    model = _model([_node("Conv", ["x", "W"], ["y"])], [("x", [1, 3, 0, 0])], inits=[w])
+    with pytest.raises(ShapeInferenceError, match=(
+            r"node 'Conv_node' \(Conv\) would produce 'y' with shape \[1, 4, -2, -2\]: a negative "
+            r"dimension \(inputs: x \[1, 3, 0, 0\], W \[4, 3, 3, 3\]\)")):
+        import_model(model)
+
+
+@pytest.mark.parametrize("attrs, w_shape, pattern", [
+    ({"group": 0}, (4, 3, 3, 3), r"group must be an integer >= 1, received 0"),
+    ({"group": 5}, (4, 3, 3, 3), r"W \[4, 3, 3, 3\] has 4 output channels, not divisible by group=5"),
+    ({}, (4, 5, 3, 3), r"X \[1, 3, 8, 8\] has 3 channels, W \[4, 5, 3, 3\] expects 5 per group x group=1"),
+    ({}, (4, 3, 3), r"W must have the rank of X \(4: M, C/group, kernel...\), received 'W' of shape \[4, 3, 3\]"),
+    ({"kernel_shape": [5, 5]}, (4, 3, 3, 3), r"kernel_shape \[5, 5\] does not match W's spatial shape \[3, 3\]"),
+    ({"auto_pad": "WHAT"}, (4, 3, 3, 3), r"auto_pad must be one of NOTSET, SAME_UPPER, SAME_LOWER, VALID, received 'WHAT'"),
+    ({"pads": [1, 1]}, (4, 3, 3, 3), r"pads needs 4 values for 2 spatial axes, received \[1, 1\]"),
+])
+def test_malformed_conv_is_refused_at_load(registry, attrs, w_shape, pattern):
+    """Before: onnxruntime (which accepts any ONNX node) was planned and failed at run time."""
+    model = _model([_node("Conv", ["x", "W"], ["y"], **attrs)], [("x", [1, 3, 8, 8])],
+                   inits=[_const("W", np.ones(w_shape, np.float32))])
+    with pytest.raises(ModelLoadError, match=r"node 'Conv_node' \(Conv\): " + pattern):
+        _session(model, registry)
+
+
+@pytest.mark.parametrize("value, pattern", [
+    ([1.5, 1.5], r"Mismatched attribute type in 'Conv_node : strides'. Expected: 'INTS', actual: 'FLOATS'"),
+    ("ab", r"Mismatched attribute type in 'Conv_node : strides'. Expected: 'INTS', actual: 'STRING'"),
+])
+def test_wrong_attribute_types(value, pattern):
+    model = _model([_node("Conv", ["x", "W"], ["y"], strides=value)], [("x", [1, 3, 8, 8])],
+                   inits=[_const("W", np.ones((4, 3, 3, 3), np.float32))])
+    with pytest.raises(ModelLoadError, match="the model is not valid ONNX: " + pattern):
+        import_model(model)
+
+
+def test_declared_output_type_that_the_graph_does_not_compute():
+    from onnx import helper
+
+    model = _model([_node("Relu", ["x"], ["y"])], [("x", [2, 3])])
+    model.graph.output[0].CopyFrom(helper.make_tensor_value_info("y", F32, [5, 7]))
+    with pytest.raises(ShapeInferenceError, match=(
+            r"graph output 'y' is declared with shape \[5, 7\], but the model computes shape "
+            r"\[2, 3\] there")):
+        import_model(model)
+    model.graph.output[0].CopyFrom(helper.make_tensor_value_info("y", onnx.TensorProto.INT64, [2, 3]))
+    with pytest.raises(ShapeInferenceError, match=(
+            r"graph output 'y' is declared tensor\(int64\), but the model computes tensor\(float\)")):
+        import_model(model)
+
+
+@pytest.mark.parametrize("nodes, pattern", [
+    ([_node("Relu", ["b"], ["a"], name="A"), _node("Relu", ["a"], ["b"], name="B"),
+      _node("Add", ["x", "a"], ["y"])],
+     "however input 'b' .*; the graph has a cycle: nodes A, B, Add_node each wait for another's output"),
+    ([_node("Add", ["x", "y"], ["y"])], "however input 'y' .*; the graph has a cycle: nodes Add_node"),
+    ([_node("Relu", ["nowhere"], ["y"])],
+     r"'nowhere' \(read by Relu_node\) is neither a graph input, an initializer nor a node output"),
+    ([_node("Conv", ["x", "W"], ["y"])],
+     r"'W' \(read by Conv_node\) is neither .*: a missing initializer or input\?"),
+    ([_node("Frobnicate", ["x"], ["y"])], "No Op registered for Frobnicate"),
+    ([_node("Relu", ["x"], ["y"]), _node("Sigmoid", ["x"], ["y"])], r"single static assignment \(SSA\)"),
+])
+def test_graph_structure_errors(nodes, pattern):
+    with pytest.raises(ModelLoadError, match="the model is not valid ONNX: .*" + pattern):
+        import_model(_model(nodes, [("x", [1])]))
+
+
+def test_unknown_domain_and_duplicate_names():
+    model = _model([onnx.helper.make_node("Relu", ["x"], ["y"], domain="com.evil", name="r")], [("x", [1])])
+    with pytest.raises(ModelLoadError, match="is of domain 'com.evil', which the model's opset_import does not list"):
+        import_model(model)
+    dup = _model([_node("Relu", ["x"], ["y"])], [("x", [1]), ("x", [2])])
+    with pytest.raises(ModelLoadError, match=r"'x' has been used as graph input names multiple times"):
+        import_model(dup)
+    inits = [_const("W", np.ones(3, np.float32)), _const("W", np.ones(2, np.float32))]
+    with pytest.raises(ModelLoadError, match="W initializer name is not unique"):
+        import_model(_model([_node("Add", ["x", "W"], ["y"])], [("x", [3])], inits=inits))
+
+
+def test_empty_graphs():
+    with pytest.raises(ModelLoadError, match="the model has no graph"):
+        import_model(_model([], [], outputs=()))
+    with pytest.raises(ModelLoadError, match=(
+            r"the model's graph has 1 node\(s\) but declares no graph outputs; expected at least one")):
+        import_model(_model([_node("Relu", ["x"], ["y"])], [("x", [1])], outputs=()))
+    with pytest.raises(ModelLoadError, match="the model has no graph"):
+        import_model(b"")
+
+
+@pytest.mark.parametrize("opset", [-1, 0, 6, 10**6])
+def test_opsets_out_of_range(opset):
+    with pytest.raises(ModelLoadError, match=rf"default-domain opset {opset}; supported: 7 to \d+"):
+        import_model(_model([_node("Relu", ["x"], ["y"])], [("x", [1])], opset=opset))
+
+
+@pytest.mark.parametrize("elem, pattern", [
+    (0, r"input 'x' declares no element type; expected a tensor type such as tensor\(float\)"),
+    (999, r"input 'x': tensor element type 999 is not supported"),
+])
+def test_input_element_types(elem, pattern):
+    model = _model([_node("Relu", ["x"], ["y"])], [("x", [1])])
+    model.graph.input[0].type.tensor_type.elem_type = elem
+    with pytest.raises(ModelLoadError, match=pattern):
+        import_model(model)
+
+
+def test_value_nbytes_does_not_wrap_around():
+    from dispatch.graph import Value
+
+    v = Value("v", (2**62, 2**62), np.dtype(np.float32))
+    assert v.nbytes == 2**124 * 4
