@@ -275,10 +275,36 @@ memory wrap(const memory::desc& md, const void* data) {
   return memory(md, engine(), const_cast<void*>(data));
 }
 
+namespace {
+
+// The bytes of scratchpad `prim` needs (0 when none). Every primitive is created with a
+// user-managed scratchpad (compat::user_scratchpad), so execute() supplies it.
+std::size_t scratchpad_bytes(const dnnl::primitive& prim) {
+  const auto pd = prim.get_primitive_desc();
+  const auto md = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+  return md == nullptr ? 0 : dnnl_memory_desc_get_size(md);
+}
+
+}  // namespace
+
 void execute(const dnnl::primitive& prim, const std::unordered_map<int, memory>& args) {
   apply_threads();
   auto& s = stream();
-  prim.execute(s, args);
+  const std::size_t bytes = scratchpad_bytes(prim);
+  if (bytes == 0) {
+    prim.execute(s, args);
+  } else {
+    // this thread's scratchpad, grown to the largest need seen; an execution waits for its
+    // primitive before returning, so one buffer per thread is never used twice at once
+    thread_local Buffer scratch;
+    const i64 floats = static_cast<i64>((bytes + sizeof(float) - 1) / sizeof(float));
+    if (scratch.size() < floats) scratch = Buffer(floats);
+    std::unordered_map<int, memory> with = args;
+    const memory::desc md({static_cast<memory::dim>(bytes)}, memory::data_type::u8,
+                          memory::format_tag::a);
+    with.emplace(DNNL_ARG_SCRATCHPAD, memory(md, engine(), scratch.data()));
+    prim.execute(s, with);
+  }
   s.wait();
 }
 

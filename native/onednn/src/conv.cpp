@@ -137,7 +137,7 @@ Conv::Conv(const ConvSpec& s, const std::string& src_tag, const std::string& dst
   impl_ = pd.impl_info_str();
   in_place_ = (wei_md_ == given_wei_md_);
   if (!in_place_)
-    wei_reorder_ = dnnl::reorder(dnnl::reorder::primitive_desc(engine(), given_wei_md_, engine(), wei_md_));
+    wei_reorder_ = dnnl::reorder(compat::reorder_pd(given_wei_md_, wei_md_));
   src_shape_ = physical_shape(src_md_, src_tag);
   wei_shape_ = physical_shape(given_wei_md_, weights_tag);
   dst_shape_ = physical_shape(dst_md_, dst_tag);
@@ -153,7 +153,7 @@ void Conv::set_weights(const float* w, const std::string& tag) {
   const memory::desc from = make_md(conv_weight_dims(spec_), tag);
   Buffer packed(static_cast<i64>(wei_md_.get_size() / sizeof(float)));
   memory src = wrap(from, w), dst = wrap(wei_md_, packed.data());
-  dnnl::reorder r(dnnl::reorder::primitive_desc(engine(), from, engine(), wei_md_));
+  dnnl::reorder r(compat::reorder_pd(from, wei_md_));
   execute(r, {{DNNL_ARG_FROM, src}, {DNNL_ARG_TO, dst}});
   packed_ = std::move(packed);
 }

@@ -5,6 +5,8 @@
 #include <mutex>
 #include <tuple>
 
+#include "opdispatch_onednn/compat.h"
+
 namespace opd::onednn {
 
 Dims tag_physical_shape(const Dims& dims, const std::string& tag) {
@@ -35,7 +37,7 @@ Cached cached_reorder(const Dims& dims, const std::string& src_tag,
   Cached c;
   c.src = make_md(dims, src_tag);
   c.dst = make_md(dims, dst_tag);
-  c.prim = dnnl::reorder(dnnl::reorder::primitive_desc(engine(), c.src, engine(), c.dst));
+  c.prim = dnnl::reorder(compat::reorder_pd(c.src, c.dst));
   return cache.emplace(key, std::move(c)).first->second;
 }
 

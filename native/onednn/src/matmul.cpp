@@ -88,7 +88,7 @@ MatMul::MatMul(const MatMulSpec& s, const std::string& src_tag, const std::strin
   impl_ = pd.impl_info_str();
   in_place_ = (wei_md_ == given_wei_md_);
   if (!in_place_)
-    wei_reorder_ = dnnl::reorder(dnnl::reorder::primitive_desc(engine(), given_wei_md_, engine(), wei_md_));
+    wei_reorder_ = dnnl::reorder(compat::reorder_pd(given_wei_md_, wei_md_));
   src_shape_ = physical_shape(src_md_, src_tag);
   wei_shape_ = physical_shape(given_wei_md_, weights_tag);
   dst_shape_ = physical_shape(dst_md_, plain(s.src.size()));
@@ -103,7 +103,7 @@ void MatMul::set_weights(const float* w, const std::string& tag) {
   if (w == nullptr) throw std::invalid_argument("matmul set_weights: weights are required");
   const memory::desc from = make_md(spec_.weights, tag);
   Buffer packed(static_cast<i64>(wei_md_.get_size() / sizeof(float)));
-  dnnl::reorder r(dnnl::reorder::primitive_desc(engine(), from, engine(), wei_md_));
+  dnnl::reorder r(compat::reorder_pd(from, wei_md_));
   execute(r, {{DNNL_ARG_FROM, wrap(from, w)}, {DNNL_ARG_TO, wrap(wei_md_, packed.data())}});
   packed_ = std::move(packed);
 }

@@ -80,6 +80,21 @@ inline void append_eltwise(dnnl::post_ops& po, algorithm alg, float alpha, float
 }
 
 // -- primitive descriptors --------------------------------------------------------------------
+//
+// Every primitive is created with a user-managed scratchpad (execute() hands each execution
+// the calling thread's own buffer). The default, library-managed scratchpad of a oneDNN
+// built without DNNL_ENABLE_CONCURRENT_EXEC (Debian's) is a thread-local buffer sized when a
+// primitive is created, so a primitive executed on another thread than the one that created
+// it (a Session shared by a server's threads) reads and writes memory it does not own.
+
+inline dnnl::primitive_attr user_scratchpad(dnnl::primitive_attr attr = dnnl::primitive_attr()) {
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
+}
+
+inline dnnl::reorder::primitive_desc reorder_pd(const memory::desc& src, const memory::desc& dst) {
+  return dnnl::reorder::primitive_desc(engine(), src, engine(), dst, user_scratchpad());
+}
 
 inline dnnl::convolution_forward::primitive_desc conv_pd(
     const memory::desc& src, const memory::desc& wei, const memory::desc& bias,
@@ -88,11 +103,11 @@ inline dnnl::convolution_forward::primitive_desc conv_pd(
 #if DNNL_VERSION_MAJOR >= 3
   return dnnl::convolution_forward::primitive_desc(
       engine(), prop_kind::forward_inference, algorithm::convolution_direct, src, wei, bias, dst,
-      strides, dilates, pad_l, pad_r, attr);
+      strides, dilates, pad_l, pad_r, user_scratchpad(attr));
 #else
   dnnl::convolution_forward::desc d(prop_kind::forward_inference, algorithm::convolution_direct,
                                     src, wei, bias, dst, strides, dilates, pad_l, pad_r);
-  return dnnl::convolution_forward::primitive_desc(d, attr, engine());
+  return dnnl::convolution_forward::primitive_desc(d, user_scratchpad(attr), engine());
 #endif
 }
 
@@ -100,10 +115,10 @@ inline dnnl::matmul::primitive_desc matmul_pd(const memory::desc& src, const mem
                                               const memory::desc& bias, const memory::desc& dst,
                                               const dnnl::primitive_attr& attr) {
 #if DNNL_VERSION_MAJOR >= 3
-  return dnnl::matmul::primitive_desc(engine(), src, wei, bias, dst, attr);
+  return dnnl::matmul::primitive_desc(engine(), src, wei, bias, dst, user_scratchpad(attr));
 #else
   dnnl::matmul::desc d(src, wei, bias, dst);
-  return dnnl::matmul::primitive_desc(d, attr, engine());
+  return dnnl::matmul::primitive_desc(d, user_scratchpad(attr), engine());
 #endif
 }
 
@@ -122,11 +137,12 @@ inline pooling_forward::primitive_desc pool_pd(algorithm alg, const memory::desc
                                                const memory::dims& pad_r) {
 #if DNNL_VERSION_MAJOR >= 3
   return pooling_forward::primitive_desc(engine(), prop_kind::forward_inference, alg, src, dst,
-                                         strides, kernel, dilation, pad_l, pad_r);
+                                         strides, kernel, dilation, pad_l, pad_r,
+                                         user_scratchpad());
 #else
   pooling_forward::desc d(prop_kind::forward_inference, alg, src, dst, strides, kernel, dilation,
                           pad_l, pad_r);
-  return pooling_forward::primitive_desc(d, engine());
+  return pooling_forward::primitive_desc(d, user_scratchpad(), engine());
 #endif
 }
 
@@ -134,10 +150,10 @@ inline dnnl::eltwise_forward::primitive_desc eltwise_pd(algorithm alg, const mem
                                                         float alpha, float beta) {
 #if DNNL_VERSION_MAJOR >= 3
   return dnnl::eltwise_forward::primitive_desc(engine(), prop_kind::forward_inference, alg, md, md,
-                                               alpha, beta);
+                                               alpha, beta, user_scratchpad());
 #else
   dnnl::eltwise_forward::desc d(prop_kind::forward_inference, alg, md, alpha, beta);
-  return dnnl::eltwise_forward::primitive_desc(d, engine());
+  return dnnl::eltwise_forward::primitive_desc(d, user_scratchpad(), engine());
 #endif
 }
 
@@ -146,10 +162,10 @@ inline dnnl::batch_normalization_forward::primitive_desc bnorm_pd(const memory::
                                                                   dnnl::normalization_flags flags) {
 #if DNNL_VERSION_MAJOR >= 3
   return dnnl::batch_normalization_forward::primitive_desc(
-      engine(), prop_kind::forward_inference, md, md, epsilon, flags);
+      engine(), prop_kind::forward_inference, md, md, epsilon, flags, user_scratchpad());
 #else
   dnnl::batch_normalization_forward::desc d(prop_kind::forward_inference, md, epsilon, flags);
-  return dnnl::batch_normalization_forward::primitive_desc(d, engine());
+  return dnnl::batch_normalization_forward::primitive_desc(d, user_scratchpad(), engine());
 #endif
 }
 
@@ -157,10 +173,10 @@ inline dnnl::binary::primitive_desc binary_pd(algorithm alg, const memory::desc&
                                               const memory::desc& b, const memory::desc& dst,
                                               const dnnl::primitive_attr& attr) {
 #if DNNL_VERSION_MAJOR >= 3
-  return dnnl::binary::primitive_desc(engine(), alg, a, b, dst, attr);
+  return dnnl::binary::primitive_desc(engine(), alg, a, b, dst, user_scratchpad(attr));
 #else
   dnnl::binary::desc d(alg, a, b, dst);
-  return dnnl::binary::primitive_desc(d, attr, engine());
+  return dnnl::binary::primitive_desc(d, user_scratchpad(attr), engine());
 #endif
 }
 
