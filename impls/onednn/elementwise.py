@@ -30,7 +30,6 @@ from impls.onednn.table import impls
 
 LAYOUTS = (STANDARD, "nhwc", "nchw8c", "nchw16c")
 BLOCKS = {"nchw8c": 8, "nchw16c": 16}
-FLT_MAX = float(np.finfo(np.float32).max)
 
 Kernel = Callable[..., np.ndarray]
 
@@ -61,7 +60,9 @@ def _clip(node: Node) -> tuple[float, float] | str:
     bounds = clip_bounds(node)
     if bounds is None:
         return "min/max must be constants"
-    lo, hi = max(bounds[0], -FLT_MAX), min(bounds[1], FLT_MAX)
+    # an omitted bound stays infinite: oneDNN's clip takes +-inf (clamping it to +-FLT_MAX
+    # turned +-inf inputs of a Clip without that bound into +-3.4e38)
+    lo, hi = bounds
     if not lo <= hi:
         return f"Clip bounds must satisfy min <= max, received {bounds}"
     return lo, hi

@@ -24,8 +24,9 @@ inline float apply(float a, float b) {
   if constexpr (Op == BinaryOp::sub) return a - b;
   if constexpr (Op == BinaryOp::mul) return a * b;
   if constexpr (Op == BinaryOp::div) return a / b;
-  if constexpr (Op == BinaryOp::max) return a > b ? a : b;
-  if constexpr (Op == BinaryOp::min) return a < b ? a : b;
+  // NaN from either operand propagates (numpy's maximum / minimum)
+  if constexpr (Op == BinaryOp::max) return a > b || a != a ? a : b;
+  if constexpr (Op == BinaryOp::min) return a < b || a != a ? a : b;
   return 0.0f;
 }
 
@@ -35,7 +36,7 @@ void same(const float* a, const float* b, float* y, std::int64_t count, bool rel
     if (relu) {
       for (std::int64_t i = s; i < e; ++i) {
         const float v = apply<Op>(a[i], b[i]);
-        y[i] = v > 0.0f ? v : 0.0f;
+        y[i] = v < 0.0f ? 0.0f : v;  // NaN stays NaN
       }
     } else {
       for (std::int64_t i = s; i < e; ++i) y[i] = apply<Op>(a[i], b[i]);
@@ -89,7 +90,7 @@ void broadcast(const float* a, const std::vector<std::int64_t>& as, const float*
 
 void relu(const float* x, float* y, std::int64_t count) {
   chunked(count, [&](std::int64_t s, std::int64_t e) {
-    for (std::int64_t i = s; i < e; ++i) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+    for (std::int64_t i = s; i < e; ++i) y[i] = x[i] < 0.0f ? 0.0f : x[i];  // NaN stays NaN
   });
 }
 

@@ -139,7 +139,7 @@ std::vector<float> inverse_divisors(const AxisPlan& ph, const AxisPlan& pw) {
 template <bool IsMax>
 inline float fold(float acc, float v) {
   if constexpr (IsMax)
-    return acc > v ? acc : v;
+    return acc > v || acc != acc ? acc : v;  // a NaN in the window propagates
   else
     return acc + v;
 }
@@ -155,7 +155,8 @@ inline V vec_max(const V& a, const V& b) {
   v4f x[kPieces], y[kPieces];
   std::memcpy(x, &a, sizeof a);
   std::memcpy(y, &b, sizeof b);
-  for (int i = 0; i < kPieces; ++i) x[i] = x[i] > y[i] ? x[i] : y[i];
+  // NaN-propagating: once the running max is NaN it stays NaN (maxps alone would drop it)
+  for (int i = 0; i < kPieces; ++i) x[i] = (x[i] > y[i]) | (x[i] != x[i]) ? x[i] : y[i];
   V r;
   std::memcpy(&r, x, sizeof r);
   return r;

@@ -14,7 +14,9 @@ Edge kinds (:data:`EDGES`):
 - ``huge``: activations ~1e30 (finite results);
 - ``overflow``: positive activations in [1e38, 3.4e38] and positive weights, so products and
   sums overflow to +inf (in any summation order: every term is positive);
-- ``zeros``: all-zero activations (0/0, log 0, 1/0 included).
+- ``zeros``: all-zero activations (0/0, log 0, 1/0 included);
+- ``nonfinite``: N(0, 1) activations with NaN, +inf and -inf scattered through them (every
+  7th, 11th and 13th element): NaN must propagate as in numpy (max, min, Relu, pooling).
 
 Weights stay ~1 so that the edge values reach the outputs instead of underflowing.
 """
@@ -33,14 +35,14 @@ from tests.builders import ModelBuilder
 
 OPSET = 20
 SHAPE_EDGES = ("1x1", "odd_channels", "batch3")
-VALUE_EDGES = ("tiny", "huge", "overflow", "zeros")
+VALUE_EDGES = ("tiny", "huge", "overflow", "zeros", "nonfinite")
 EDGES = SHAPE_EDGES + VALUE_EDGES
 
 #: rank-4 activation shapes (N, C, H, W) per edge kind
 ACT_SHAPES: dict[str, list[tuple[int, int, int, int]]] = {
     "1x1": [(1, 16, 1, 1), (2, 17, 1, 1), (1, 3, 1, 1)],
     "odd_channels": [(1, 1, 5, 5), (1, 3, 6, 6), (2, 7, 5, 5), (1, 17, 4, 4), (1, 33, 3, 3)],
-    "batch3": [(3, 16, 4, 4), (3, 7, 3, 3)],
+    "batch3": [(3, 16, 4, 4), (3, 7, 3, 3), (3, 33, 1, 1)],
 }
 VALUE_SHAPES = [(2, 17, 5, 5), (1, 16, 3, 3), (1, 3, 4, 4)]
 #: (M, K, N) of matrix products per edge kind
@@ -88,6 +90,13 @@ def edge_values(shape: tuple[int, ...], edge: str, rng: np.random.Generator,
         x = rng.uniform(1e38, 3.4e38, shape)
     elif edge == "zeros":
         x = np.zeros(shape)
+    elif edge == "nonfinite":
+        x = rng.standard_normal(shape)
+        flat = x.reshape(-1)
+        flat[::7] = np.nan
+        flat[3::11] = np.inf
+        flat[5::13] = -np.inf
+        x = flat.reshape(shape)
     else:
         x = rng.standard_normal(shape)
     x = x.astype(np.float32)
@@ -172,7 +181,7 @@ def _sname(shape: tuple[int, ...]) -> str:
 # -- convolutions and their fused chains ------------------------------------------------------
 
 #: Conv configurations: name -> (kernel, stride, pads, group rule, output channels rule)
-CONV_KINDS = ("k3p1", "k1", "k1s2", "k3s2p1", "depthwise", "grouped")
+CONV_KINDS = ("k3p1", "k1", "k1s2", "k3s2p1", "k3d2p2", "k5pasym", "depthwise", "grouped")
 CHAINS: dict[str, tuple[str, ...]] = {
     "Conv": (),
     "Conv+Relu": ("Relu",),
@@ -195,9 +204,11 @@ def _group_for(c: int) -> int | None:
 def _conv_case(op: str, edge: str, shape: tuple[int, ...], kind: str, tail: tuple[str, ...]) -> Case | None:
     n, c, h, w = shape
     group, m = 1, 17 if c != 17 else 5
-    kh = 3 if kind in ("k3p1", "k3s2p1", "depthwise", "grouped") else 1
+    kh = 3 if kind in ("k3p1", "k3s2p1", "k3d2p2", "depthwise", "grouped") else 1
+    kh = 5 if kind == "k5pasym" else kh
     stride = 2 if kind in ("k1s2", "k3s2p1") else 1
-    pad = 1 if kh == 3 else 0
+    dil = 2 if kind == "k3d2p2" else 1
+    pads = {3: [1] * 4, 1: [0] * 4, 5: [2, 1, 2, 3]}[kh] if dil == 1 else [2] * 4
     if kind == "depthwise":
         group, m = c, c
     elif kind == "grouped":
@@ -205,11 +216,13 @@ def _conv_case(op: str, edge: str, shape: tuple[int, ...], kind: str, tail: tupl
         if g is None:
             return None
         group, m = g, 2 * c if c // g < 4 else c
-    oh, ow = (h + 2 * pad - kh) // stride + 1, (w + 2 * pad - kh) // stride + 1
+    ext = dil * (kh - 1) + 1
+    oh, ow = (h + pads[0] + pads[2] - ext) // stride + 1, (w + pads[1] + pads[3] - ext) // stride + 1
     b = Build(op, edge, f"{kind}_{_sname(shape)}")
     x = b.x(shape)
     y = b.op_("Conv", [x, b.w((m, c // group, kh, kh)), b.w((m,), "data")],
-              kernel_shape=[kh, kh], strides=[stride, stride], pads=[pad] * 4, group=group)
+              kernel_shape=[kh, kh], strides=[stride, stride], pads=pads, group=group,
+              dilations=[dil, dil])
     for t in tail:
         if t == "Relu":
             y = b.op_("Relu", [y])

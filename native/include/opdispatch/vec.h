@@ -29,14 +29,17 @@ inline V vbroadcast(float x) {
   return v;
 }
 
+// max / min propagate NaN from either operand (as numpy's maximum / minimum and the ONNX
+// reference): a bare select (a > b ? a : b) drops a NaN in `a`, so a Relu or Clip epilogue
+// turned NaN into 0 or the bound while the scalar path of the same kernel kept it.
 template <class V>
 inline V vmax(V a, V b) {
-  return a > b ? a : b;
+  return (a > b) | (a != a) ? a : b;
 }
 
 template <class V>
 inline V vmin(V a, V b) {
-  return a < b ? a : b;
+  return (a < b) | (a != a) ? a : b;
 }
 
 }  // namespace opd

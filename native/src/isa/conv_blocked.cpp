@@ -48,8 +48,9 @@ inline v8f ld(const float* p) {
 }
 inline void st(float* p, v8f v) { std::memcpy(p, &v, sizeof v); }
 inline v8f bc(float x) { return v8f{x, x, x, x, x, x, x, x}; }
-inline v8f vmax8(v8f a, v8f b) { return a > b ? a : b; }
-inline v8f vmin8(v8f a, v8f b) { return a < b ? a : b; }
+// NaN-propagating (see vmax in opdispatch/vec.h)
+inline v8f vmax8(v8f a, v8f b) { return (a > b) | (a != a) ? a : b; }
+inline v8f vmin8(v8f a, v8f b) { return (a < b) | (a != a) ? a : b; }
 
 // Runs fn(i) for i in [0, items) over the threads, or inline when the whole job (`flops`) is
 // too small to pay for waking them. Threads take runs of consecutive items (which share weights

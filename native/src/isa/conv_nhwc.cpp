@@ -49,7 +49,7 @@ inline V finish(V acc, const Epi& e, std::int64_t ch, const float* res) {
 
 inline float finish1(float acc, const Epi& e, std::int64_t ch, const float* res) {
   if (res) acc += res[ch];
-  if (e.act == Activation::relu) acc = acc > 0.0f ? acc : 0.0f;
+  if (e.act == Activation::relu) acc = acc < 0.0f ? 0.0f : acc;  // NaN stays NaN
   if (e.act == Activation::clip) acc = std::min(std::max(acc, e.lo), e.hi);
   return acc;
 }

@@ -296,7 +296,7 @@ void epilogue(const GemmEpilogue& ep, float* c, std::int64_t ldc, std::int64_t i
       for (std::int64_t j = 0; j < nn; ++j) row[j] += rp[j];
     }
     if (ep.act == Activation::relu) {
-      for (std::int64_t j = 0; j < nn; ++j) row[j] = row[j] > 0.0f ? row[j] : 0.0f;
+      for (std::int64_t j = 0; j < nn; ++j) row[j] = row[j] < 0.0f ? 0.0f : row[j];  // NaN stays
     } else if (ep.act == Activation::clip) {
       const float lo = ep.lo, hi = ep.hi;
       for (std::int64_t j = 0; j < nn; ++j) {
