@@ -35,6 +35,8 @@ import contextlib
 import json
 import os
 import sqlite3
+import threading
+import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -104,6 +106,16 @@ class StoreOutdatedError(StoreError):
     def __init__(self, message: str, *, version: int) -> None:
         super().__init__(message)
         self.version = version
+
+
+class _Damage(Exception):
+    """Damage found through an open connection; turned into :class:`StoreCorruptError` or
+    :class:`StoreError` once the connection is closed (see :data:`_OPEN_HERE`)."""
+
+    def __init__(self, detail: str, app_id: int | None) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.app_id = app_id
 
 
 class StoreRecoveredWarning(UserWarning):
@@ -329,6 +341,14 @@ def _run_from_row(row: Mapping[str, Any]) -> TuningRun:
 # ------------------------------------------------------------------------------------------
 
 
+def _application_id(conn: sqlite3.Connection) -> int | None:
+    """``PRAGMA application_id`` through ``conn``, or ``None`` when it cannot be read."""
+    try:
+        return int(conn.execute("PRAGMA application_id").fetchone()[0])
+    except sqlite3.Error:
+        return None
+
+
 def _is_damage(exc: BaseException) -> bool:
     """True when a SQLite error means a damaged or foreign file, not a busy or locked one."""
     if not isinstance(exc, sqlite3.DatabaseError):
@@ -340,16 +360,59 @@ def _is_damage(exc: BaseException) -> bool:
     return any(t in text for t in _CORRUPT_TEXT)
 
 
+#: How often a read-only open is tried when SQLite reports a transient error.
+_READ_ATTEMPTS = 8
+
+
+def _no_wal_index(exc: sqlite3.OperationalError) -> bool:
+    """True when a read-only connection failed because SQLite cannot create the ``-shm``
+    index of a WAL database (a read-only folder), not for a busy or transient error."""
+    name = getattr(exc, "sqlite_errorname", None)
+    if name is not None:
+        return name.startswith(("SQLITE_READONLY", "SQLITE_CANTOPEN"))
+    text = str(exc).lower()
+    return "readonly" in text or "read-only" in text or "unable to open" in text
+
+
+#: ``(st_dev, st_ino)`` -> how many connections the plan stores of this process hold on
+#: that file. Closing *any* file descriptor of a file drops every POSIX lock the process
+#: holds on it, SQLite's included (https://sqlite.org/howtocorrupt.html#_posix_advisory_locks_canceled_by_a_separate_thread_doing_close_),
+#: so the file's own bytes are read (:func:`_read_head`) only while no connection of this
+#: process has it open.
+_OPEN_HERE: dict[tuple[int, int], int] = {}
+_OPEN_LOCK = threading.Lock()
+
+
+def _inode(path: Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
+
+
+def _read_head(path: Path, size: int) -> bytes | None:
+    """The first ``size`` bytes of ``path``; ``None`` when it cannot be read, or may not be
+    because a plan store of this process has it open (see :data:`_OPEN_HERE`)."""
+    with _OPEN_LOCK:
+        inode = _inode(path)
+        if inode is None or _OPEN_HERE.get(inode):
+            return None
+        try:
+            with open(path, "rb") as f:
+                return f.read(size)
+        except OSError:
+            return None
+
+
 def _looks_like_a_plan_store(path: Path) -> bool:
     """Whether a damaged file at ``path`` is an opdispatch plan store, so that moving it aside
     is safe: a SQLite file with :data:`APPLICATION_ID` (or, from before it existed, the plan
     store's schema text), or one too short to be any SQLite database (its header says SQLite,
-    the rest was truncated away). A file that is not SQLite, or another program's SQLite
-    file, is never taken for one."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(1 << 20)
-    except OSError:
+    the rest was truncated away). A file that is not SQLite, another program's SQLite file,
+    or a file this process holds open (it is not read then) is never taken for one."""
+    head = _read_head(path, 1 << 20)
+    if head is None:
         return False
     schema_text = (b"key_digest TEXT NOT NULL UNIQUE" in head
                    and b"CREATE TABLE measurements" in head)
@@ -367,26 +430,42 @@ def _looks_like_a_plan_store(path: Path) -> bool:
     return schema_text
 
 
-def _describe_damage(path: Path, detail: str) -> str:
-    """``detail`` (SQLite's words), saying also when the file is shorter than its header
-    declares (a truncated file)."""
+def _truncation(path: Path) -> str | None:
+    """How the file at ``path`` is shorter than a SQLite file can be: cut inside its header,
+    not a whole number of pages, or fewer pages than its header declares; ``None`` when it
+    is not (or when it is not SQLite at all). Truncation that leaves whole, unused pages
+    behind is for the integrity check to find."""
+    head = _read_head(path, 100)
     try:
         size = path.stat().st_size
-        with open(path, "rb") as f:
-            head = f.read(100)
     except OSError:
-        return detail
-    if not head.startswith(_SQLITE_MAGIC) or len(head) < 100:
-        if head and _SQLITE_MAGIC.startswith(head[:16]):
-            return f"truncated to {size} bytes, inside the SQLite header; {detail}"
-        return detail
+        return None
+    if head is None:
+        return None
+    if len(head) < 100:
+        if len(head) >= 6 and _SQLITE_MAGIC.startswith(head[:16]):
+            return f"truncated to {size} bytes, inside the SQLite header"
+        return None
+    if not head.startswith(_SQLITE_MAGIC):
+        return None
     page_size = int.from_bytes(head[16:18], "big")
     page_size = 65536 if page_size == 1 else page_size
-    pages = int.from_bytes(head[28:32], "big")
-    if page_size and pages and size < page_size * pages:
+    if page_size < 512 or page_size & (page_size - 1):
+        return None  # a damaged header: SQLite's own error says so
+    if size % page_size:
+        return f"truncated: {size} bytes, not a whole number of {page_size}-byte pages"
+    # the header's page count is valid only when its version-valid-for number matches
+    pages = int.from_bytes(head[28:32], "big") if head[92:96] == head[24:28] else 0
+    if pages and size < page_size * pages:
         return (f"truncated: {size} bytes, its header declares {pages} pages of {page_size} "
-                f"bytes ({pages * page_size} bytes); {detail}")
-    return detail
+                f"bytes ({pages * page_size} bytes)")
+    return None
+
+
+def _describe_damage(path: Path, detail: str) -> str:
+    """``detail`` (SQLite's words), saying first when the file is truncated."""
+    truncated = _truncation(path)
+    return f"{truncated}; {detail}" if truncated and truncated not in detail else detail
 
 
 #: The files SQLite keeps next to a database; they move with it.
@@ -451,6 +530,7 @@ class PlanStore:
         self.timeout_s = float(timeout_s)
         #: Set when a damaged store was moved aside and replaced on open (else ``None``).
         self.recovery: Recovery | None = None
+        self._inodes: dict[int, tuple[int, int] | None] = {}
         try:
             self._conn = self._open_readonly() if readonly else self._open_writable()
         except StoreCorruptError as exc:
@@ -463,17 +543,33 @@ class PlanStore:
         try:
             self.schema_version = self._check_schema()
         except BaseException:
-            self._conn.close()
+            self._disconnect(self._conn)
             raise
 
     # -- opening -----------------------------------------------------------------------
     def _connect(self, target: str, *, uri: bool) -> sqlite3.Connection:
-        try:
-            conn = sqlite3.connect(target, uri=uri, timeout=self.timeout_s, isolation_level=None)
-        except sqlite3.Error as exc:
-            raise StoreError(f"cannot open the plan store {str(self.path)!r}: {exc}") from None
+        with _OPEN_LOCK:
+            try:
+                conn = sqlite3.connect(target, uri=uri, timeout=self.timeout_s,
+                                       isolation_level=None)
+            except sqlite3.Error as exc:
+                raise StoreError(f"cannot open the plan store {str(self.path)!r}: {exc}") from None
+            inode = _inode(self.path)
+            if inode is not None:
+                _OPEN_HERE[inode] = _OPEN_HERE.get(inode, 0) + 1
+            self._inodes[id(conn)] = inode
         conn.execute(f"PRAGMA busy_timeout = {int(self.timeout_s * 1000)}")
         return conn
+
+    def _disconnect(self, conn: sqlite3.Connection) -> None:
+        """Close ``conn`` (opened by :meth:`_connect`)."""
+        with _OPEN_LOCK:
+            conn.close()
+            inode = self._inodes.pop(id(conn), None)
+            if inode is not None and inode in _OPEN_HERE:
+                _OPEN_HERE[inode] -= 1
+                if _OPEN_HERE[inode] <= 0:
+                    del _OPEN_HERE[inode]
 
     def _open_writable(self) -> sqlite3.Connection:
         if self.path.is_dir():
@@ -485,17 +581,24 @@ class PlanStore:
                 f"cannot create the folder of the plan store {str(self.path)!r}: {exc}; "
                 f"open it with readonly=True to only read it"
             ) from None
+        self._check_header()
         conn = self._connect(str(self.path), uri=False)
         try:
+            # checked before the first write (the switch to WAL): a damaged store, or another
+            # program's database, is never written to
+            self._check_integrity(conn)
+            self._check_not_foreign(conn)
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             conn.execute("PRAGMA synchronous = NORMAL")
             conn.execute("PRAGMA foreign_keys = ON")
-            self._check_integrity(conn)
+        except _Damage as damage:
+            self._disconnect(conn)
+            raise self._damaged(None, damage.detail, app_id=damage.app_id) from None
         except sqlite3.DatabaseError as exc:
-            conn.close()
+            self._disconnect(conn)
             raise self._damaged(exc) from None
         except BaseException:
-            conn.close()
+            self._disconnect(conn)
             raise
         self.journal_mode = str(mode).lower()
         return conn
@@ -505,33 +608,49 @@ class PlanStore:
             raise StoreError(
                 f"no plan store at {str(self.path)!r} (opened read-only, so it is not created)"
             )
+        self._check_header()
         base = self.path.resolve().as_uri()
-        conn = self._connect(f"{base}?mode=ro", uri=True)
-        try:
-            conn.execute("PRAGMA user_version").fetchone()
-        except sqlite3.OperationalError:
-            conn.close()
-            wal = Path(f"{self.path}-wal")
-            if wal.exists() and wal.stat().st_size > 0:
-                raise StoreError(
-                    f"cannot read the plan store {str(self.path)!r} read-only: its write-ahead log "
-                    f"is not checkpointed and its folder is not writable"
-                ) from None
-            # a WAL-mode file whose folder is read-only: nothing can write it, so it may be read
-            # as immutable (SQLite cannot create the -shm index next to it)
-            conn = self._connect(f"{base}?mode=ro&immutable=1", uri=True)
-        except sqlite3.DatabaseError as exc:
-            conn.close()
-            raise self._damaged(exc) from None
+        for attempt in range(1, _READ_ATTEMPTS + 1):
+            conn = self._connect(f"{base}?mode=ro", uri=True)
+            try:
+                conn.execute("PRAGMA user_version").fetchone()
+                break
+            except sqlite3.OperationalError as exc:
+                self._disconnect(conn)
+                if not _no_wal_index(exc):
+                    # transient: a read-only connection cannot wait out the moment another
+                    # process, closing the last connection, checkpoints and removes the WAL
+                    if attempt == _READ_ATTEMPTS:
+                        raise StoreError(f"cannot read the plan store {str(self.path)!r} "
+                                         f"read-only: {exc}") from None
+                    time.sleep(0.01 * attempt)
+                    continue
+                wal = Path(f"{self.path}-wal")
+                if wal.exists() and wal.stat().st_size > 0:
+                    raise StoreError(
+                        f"cannot read the plan store {str(self.path)!r} read-only: its "
+                        f"write-ahead log is not checkpointed and its folder is not writable"
+                    ) from None
+                # a WAL-mode file whose folder is read-only: nothing can write it, so it may
+                # be read as immutable (SQLite cannot create the -shm index next to it)
+                conn = self._connect(f"{base}?mode=ro&immutable=1", uri=True)
+                break
+            except sqlite3.DatabaseError as exc:
+                self._disconnect(conn)
+                raise self._damaged(exc) from None
         try:
             conn.execute("PRAGMA query_only = ON")
             self.journal_mode = str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower()
             self._check_integrity(conn)
+            self._check_not_foreign(conn)
+        except _Damage as damage:
+            self._disconnect(conn)
+            raise self._damaged(None, damage.detail, app_id=damage.app_id) from None
         except sqlite3.DatabaseError as exc:
-            conn.close()
+            self._disconnect(conn)
             raise self._damaged(exc) from None
         except BaseException:
-            conn.close()
+            self._disconnect(conn)
             raise
         return conn
 
@@ -540,33 +659,83 @@ class PlanStore:
                 f"({type(exc).__name__}: {exc})")
 
     # -- damage ------------------------------------------------------------------------
+    def _check_header(self) -> None:
+        """Refuse a file without a whole SQLite header before SQLite opens it: closing a
+        connection to such a file deletes the ``-wal`` next to it, and with it whatever the
+        damaged store had committed since its last checkpoint (kept when it is moved aside)."""
+        head = _read_head(self.path, 100)
+        if not head:
+            return  # missing, open here (so it was readable), or empty: a fresh store
+        if len(head) < 100 or not head.startswith(_SQLITE_MAGIC):
+            raise self._damaged(None, _truncation(self.path) or "file is not a database "
+                                "(no SQLite header)")
+
     def _check_integrity(self, conn: sqlite3.Connection) -> None:
         """Raise :class:`StoreCorruptError` when SQLite's integrity check finds damage:
         ``integrity_check`` up to :data:`FULL_CHECK_MAX_BYTES`, ``quick_check`` above (both
         read every page; the quick one skips matching indexes against their tables)."""
+        # a file shorter than its pages: SQLite reads the missing bytes as zeros, and may find
+        # nothing wrong. Judged only while the WAL is empty: frames in it may hold pages a
+        # checkpoint has not yet written into the file. (Sizes by stat: the file itself is
+        # never opened while a connection is.)
+        page_size = int(conn.execute("PRAGMA page_size").fetchone()[0])
+        pages = int(conn.execute("PRAGMA page_count").fetchone()[0])
         try:
             size = self.path.stat().st_size
+            wal = os.path.getsize(f"{self.path}-wal") if os.path.exists(f"{self.path}-wal") else 0
         except OSError:
-            size = 0
+            size, wal = pages * page_size, 1
+        if not wal and size and page_size:
+            if size % page_size:
+                raise _Damage(f"truncated: {size} bytes, not a whole number of {page_size}-byte "
+                              f"pages", _application_id(conn))
+            if size < pages * page_size:
+                raise _Damage(f"truncated: {size} bytes, its header declares {pages} pages of "
+                              f"{page_size} bytes ({pages * page_size} bytes)",
+                              _application_id(conn))
         pragma = "integrity_check" if size <= FULL_CHECK_MAX_BYTES else "quick_check"
-        # PRAGMA takes no parameters: the name is one of two literals, the limit a constant
-        rows = conn.execute(f"PRAGMA {pragma}(5)").fetchall()
-        problems = [" ".join(line.split()) for r in rows if str(r[0]).lower() != "ok"
-                    for line in str(r[0]).splitlines() if "*** in database" not in line]
-        if problems:
-            raise self._damaged(None, f"{pragma} failed: " + "; ".join(p for p in problems if p))
+        problems: list[str] = []
+        for attempt in range(2):  # damage is judged on two checks: a store is never moved
+            if attempt:           # aside on one bad read
+                time.sleep(0.05)
+            # PRAGMA takes no parameters: the name is one of two literals, the limit a constant
+            rows = conn.execute(f"PRAGMA {pragma}(5)").fetchall()
+            problems = [" ".join(line.split()) for r in rows if str(r[0]).lower() != "ok"
+                        for line in str(r[0]).splitlines() if "*** in database" not in line]
+            if not problems:
+                return
+        raise _Damage(f"{pragma} failed: " + "; ".join(p for p in problems if p),
+                      _application_id(conn))
 
-    def _damaged(self, exc: BaseException | None, detail: str | None = None) -> StoreError:
+    def _check_not_foreign(self, conn: sqlite3.Connection) -> None:
+        """Refuse another program's SQLite database: tables other than the plan store's, and
+        not marked with :data:`APPLICATION_ID` (a store of a newer opdispatch is marked, and
+        may have more tables)."""
+        if int(conn.execute("PRAGMA application_id").fetchone()[0]) == APPLICATION_ID:
+            return
+        tables = {r[0] for r in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite%'")}
+        foreign = tables - _OWN_TABLES
+        if foreign:
+            raise StoreError(
+                f"{str(self.path)!r} is a SQLite database but not an opdispatch plan store "
+                f"(it holds the tables {sorted(foreign)}); it is left as it is"
+            )
+
+    def _damaged(self, exc: BaseException | None, detail: str | None = None, *,
+                 app_id: int | None = None) -> StoreError:
         """The error for a file SQLite cannot read (``exc``) or whose integrity check failed
         (``detail``): :class:`StoreCorruptError` for a damaged plan store, a plain
         :class:`StoreError` for a file that is not (recognisably) one, or for an error that
-        is not damage (a lock, a permission)."""
+        is not damage (a lock, a permission). ``app_id``: the file's application id, when
+        SQLite could still read it. Called with no connection of this store open."""
         if exc is not None:
             if not _is_damage(exc):
                 return StoreError(self._unreadable(exc))
             detail = f"{type(exc).__name__}: {exc}"
         detail = _describe_damage(self.path, detail or "damaged")
-        if not _looks_like_a_plan_store(self.path):
+        ours = app_id == APPLICATION_ID if app_id else _looks_like_a_plan_store(self.path)
+        if not ours:
             return StoreError(
                 f"{str(self.path)!r} is not a readable SQLite plan store ({detail}); it is not "
                 f"recognisably an opdispatch plan store, so it is left as it is: point "
@@ -689,7 +858,7 @@ class PlanStore:
 
     def close(self) -> None:
         """Close the connection (the store can no longer be used)."""
-        self._conn.close()
+        self._disconnect(self._conn)
 
     def __enter__(self) -> PlanStore:
         return self

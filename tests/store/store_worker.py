@@ -49,14 +49,15 @@ SW = {"backends": {"numpy": "numpy 2.0.0"}, "opdispatch": "0.1.0", "plan_format"
 CAP_BASE = 1 << 40
 
 
-def tiny_model() -> onnx.ModelProto:
-    """Conv-Relu-GlobalAveragePool on a 1x4x8x8 input: quick to tune."""
+def tiny_model(width: int = 6) -> onnx.ModelProto:
+    """Conv-Relu-GlobalAveragePool on a 1x4x8x8 input with ``width`` output channels: quick
+    to tune (each width has signatures, hence measurements, of its own)."""
     from tests.builders import ModelBuilder
 
     rng = np.random.default_rng(0)
     b = ModelBuilder(17, "tiny_cnn")
     x = b.input("x", [1, 4, 8, 8])
-    c = b.op("Conv", [x, b.const(rng.normal(0, 0.3, (6, 4, 3, 3)).astype(np.float32))],
+    c = b.op("Conv", [x, b.const(rng.normal(0, 0.3, (width, 4, 3, 3)).astype(np.float32))],
              pads=[1, 1, 1, 1])
     b.output(b.op("GlobalAveragePool", [b.op("Relu", [c])]))
     return b.build()
@@ -166,31 +167,38 @@ def read_log(paths: Iterable[str | os.PathLike]) -> list[dict[str, Any]]:
 
 def verify_committed(store: PlanStore, records: Iterable[Mapping[str, Any]]) -> dict[str, int]:
     """Check that every logged write is in ``store``; returns the counts checked
-    (``plans``, ``measurements``, ``runs``). Raises ``AssertionError`` naming the first write
-    that is missing or differs. For a key logged several times, the last record counts."""
-    plans: dict[str, Mapping[str, Any]] = {}
-    measurements: dict[tuple[str, ...], Mapping[str, Any]] = {}
+    (``plans``, ``measurements``, ``runs``: distinct keys). Raises ``AssertionError`` naming
+    the first write that is missing or differs. A key written several times (a plan re-tuned,
+    a measurement two processes made at once) must hold one of the values logged for it:
+    the logs of several processes do not say which commit came last."""
+    plans: dict[str, list[Mapping[str, Any]]] = {}
+    measurements: dict[tuple[str, ...], list[Mapping[str, Any]]] = {}
     runs: dict[int, str] = {}
     for r in records:
         if r["op"] == "plan":
-            plans[PlanKey(**r["key"]).digest()] = r
+            plans.setdefault(PlanKey(**r["key"]).digest(), []).append(r)
         elif r["op"] == "measurement":
-            measurements[(r["signature"], r["candidate"], r["hw"], r["sw"])] = r
+            key = (r["signature"], r["candidate"], r["hw"], r["sw"])
+            measurements.setdefault(key, []).append(r)
         elif r["op"] == "run":
             if r["status"] != "running" or r["id"] not in runs:
                 runs[r["id"]] = r["status"]
         else:
             raise AssertionError(f"unknown log record {r!r}")
-    for r in plans.values():
+    for versions in plans.values():
+        r = versions[-1]
         got = store.get_plan(PlanKey(**r["key"]))
         assert got is not None, f"committed plan {r['id']} ({r['key']['objective']}) is missing"
-        assert (got.id, got.plan_json, got.latency_ms) == (r["id"], r["plan_json"], r["latency_ms"]), (
-            f"committed plan {r['id']} differs: stored id {got.id}, latency {got.latency_ms}")
-    for k, r in measurements.items():
+        logged = [(v["id"], v["plan_json"], v["latency_ms"]) for v in versions]
+        assert (got.id, got.plan_json, got.latency_ms) in logged, (
+            f"committed plan {r['id']} differs: stored id {got.id}, latency {got.latency_ms}; "
+            f"logged {[(i, lat) for i, _, lat in logged]}")
+    for k, versions in measurements.items():
         got = store.get_measurement(*k)
         assert got is not None, f"committed measurement {k} is missing"
-        assert (got.median_s, got.error) == (r["median_s"], r["error"]), (
-            f"committed measurement {k} differs: stored {got.median_s}, logged {r['median_s']}")
+        logged = [(v["median_s"], v["error"]) for v in versions]
+        assert (got.median_s, got.error) in logged, (
+            f"committed measurement {k} differs: stored {got.median_s}, logged {logged}")
     stored_runs = {run.id: run.status for run in store.runs()}
     for run_id, status in runs.items():
         assert run_id in stored_runs, f"committed tuning run {run_id} is missing"
@@ -228,11 +236,12 @@ def work_write(store_path: str, log_path: str, trial: int, seed: int, seconds: f
 
 def work_tune(store_path: str, log_path: str, trial: int, budget_s: float,
               registry: Any = None) -> None:
-    """A real tuning run of :func:`tiny_model` whose store writes are logged."""
+    """A real tuning run of :func:`tiny_model` (of a width of its own, so that it measures
+    rather than reuses) whose store writes are logged."""
     from tuner.tune import tune
 
     store = open_logging_store(store_path, Log(log_path), timeout_s=60)
-    model = tiny_model()
+    model = tiny_model(width=7 + trial)
     _ready()
     tune(model, store=store, registry=registry, options=tune_options(trial, budget_s))
     store.close()

@@ -94,7 +94,7 @@ def test_sigkill_while_writing_keeps_every_committed_write(tmp_path):
     rng = random.Random(20261123)
     server = ForkServer()
     logs: list[Path] = []
-    kills = finished = tune_kills = 0
+    kills = finished = tune_kills = tune_writes = 0
     checked: dict[str, int] = {}
     try:
         for trial in range(TRIALS):
@@ -104,7 +104,7 @@ def test_sigkill_while_writing_keeps_every_committed_write(tmp_path):
             if tuning:
                 pid = server.start(mode="tune", store=path, log=str(log), trial=trial,
                                    budget=TUNE_BUDGET_S)
-                delay = rng.uniform(0.05, 1.0)  # the tiny model's run lasts about 1-2 s
+                delay = rng.uniform(0.05, 0.5)  # the tiny model's run lasts about 0.5-2 s
             else:
                 pid = server.start(mode="write", store=path, log=str(log), trial=trial,
                                    seed=trial, seconds=3600)
@@ -116,7 +116,9 @@ def test_sigkill_while_writing_keeps_every_committed_write(tmp_path):
                 f"trial {trial}: the child failed (exit {code}) before it was killed")
             kills += code == -signal.SIGKILL
             finished += code == 0
-            tune_kills += tuning and code == -signal.SIGKILL
+            if tuning and code == -signal.SIGKILL:
+                tune_kills += 1
+                tune_writes += len(read_log([log]))
             # the store opens undamaged (recover=False: damage would raise, not be repaired)
             # and holds what this child committed; every 10th trial and after the last, what
             # every child so far committed
@@ -129,7 +131,8 @@ def test_sigkill_while_writing_keeps_every_committed_write(tmp_path):
         errors = server.close()
     assert "Traceback" not in errors, errors
     print(f"\nSIGKILL trials: {TRIALS} ({TRIALS // TUNE_EVERY} real tuning runs); killed "
-          f"while writing: {kills} (tuning runs: {tune_kills}); finished first: {finished}; "
+          f"while writing: {kills} (tuning runs: {tune_kills}, which had committed "
+          f"{tune_writes} writes); finished first: {finished}; "
           f"committed writes checked after the last trial: {checked}")
     # the trials must have killed writers, and the children must have committed writes
     assert kills >= TRIALS * 0.8, f"only {kills} of {TRIALS} children were killed while writing"
