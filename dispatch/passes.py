@@ -358,12 +358,31 @@ def check_nodes(graph: Graph) -> None:
     """Structural checks the ONNX checker and shape inference leave out, so that a malformed
     node is refused when the model is loaded (with what was received and expected) rather
     than by whichever backend first runs it. Conv: weight rank, channels and groups,
-    ``kernel_shape``, ``auto_pad`` and bias."""
+    ``kernel_shape``, ``auto_pad`` and bias; Reshape: the number of elements."""
     for node in graph.nodes:
-        if node.domain == "" and node.op_type == "Conv":
+        if node.domain != "":
+            continue
+        reason = None
+        if node.op_type == "Conv":
             reason = _conv_reason(node)
-            if reason:
-                raise ModelLoadError(f"node {node.name!r} (Conv): {reason}")
+        elif node.op_type == "Reshape":
+            reason = _reshape_reason(node)
+        if reason:
+            raise ModelLoadError(f"node {node.name!r} ({node.op_type}): {reason}")
+
+
+def _reshape_reason(node: Node) -> str | None:
+    """A Reshape whose (inferred) output holds another number of elements than its input:
+    onnx's inference takes the target shape as given."""
+    x, out, target = node.input(0), node.outputs[0], node.const_input(1)
+    if x is None or x.shape is None or out.shape is None:
+        return None
+    have, want = math.prod(x.shape), math.prod(out.shape)
+    if have == want:
+        return None
+    shown = f" (shape input {_short(target)})" if target is not None else ""
+    return (f"cannot turn {x.name!r} of shape {list(x.shape)} ({have} elements) into shape "
+            f"{list(out.shape)} ({want} elements){shown}; expected a shape with {have} elements")
 
 
 AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")

@@ -400,3 +400,17 @@ def test_value_nbytes_does_not_wrap_around():
 
     v = Value("v", (2**62, 2**62), np.dtype(np.float32))
     assert v.nbytes == 2**124 * 4
+
+
+def test_reshape_to_another_number_of_elements_is_refused_at_load(registry):
+    """onnx's inference takes a Reshape's target as given; before, the plan failed at run time."""
+    model = _model([_node("Reshape", ["x", "s"], ["y"])], [("x", [2, 3])],
+                   inits=[_const("s", np.array([5, 7], np.int64))])
+    with pytest.raises(ModelLoadError, match=(
+            r"node 'Reshape_node' \(Reshape\): cannot turn 'x' of shape \[2, 3\] \(6 elements\) "
+            r"into shape \[5, 7\] \(35 elements\) \(shape input \[5, 7\]\); expected a shape "
+            r"with 6 elements")):
+        _session(model, registry)
+    ok = _model([_node("Reshape", ["x", "s"], ["y"])], [("x", [2, 3])],
+                inits=[_const("s", np.array([3, -1], np.int64))])
+    assert _session(ok, registry).graph.outputs[0].shape == (3, 2)
