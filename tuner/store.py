@@ -19,8 +19,15 @@ override it) shared by every process on the machine: tuners write, production pr
   its place, :attr:`PlanStore.recovery` says where the old one went and a
   :class:`StoreRecoveredWarning` is issued. Only files recognisably written by opdispatch (its
   ``application_id``, or its schema) are moved; another program's SQLite file or a file that
-  is not SQLite at all is refused and left where it is.
-- Plans are stored as JSON text (never pickle); every statement is parameterised.
+  is not SQLite at all is refused and left where it is (never switched to WAL, never
+  migrated). A store is judged damaged only on two failed checks, and its bytes are read
+  only while this process holds no connection on it (closing any descriptor of a file drops
+  the process's POSIX locks on it, SQLite's included).
+- A process killed at any point (SIGKILL) loses no committed write: WAL with
+  ``synchronous=NORMAL`` is durable against process crashes (not against power loss).
+- Plans are stored as JSON text (never pickle); every value reaches SQLite as a bound
+  parameter, never in the SQL text (the PRAGMAs, which take no parameters, get only this
+  module's integer constants, a timeout cast to ``int`` and one of two check names).
 - Plans travel between machines of the same kind as JSON bundles
   (:meth:`PlanStore.export_plans` / :meth:`PlanStore.import_plans`, format
   :data:`BUNDLE_FORMAT` version :data:`BUNDLE_VERSION`): data only, validated on import.
