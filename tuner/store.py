@@ -45,6 +45,7 @@ import sqlite3
 import threading
 import time
 import warnings
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -390,6 +391,17 @@ _OPEN_HERE: dict[tuple[int, int], int] = {}
 _OPEN_LOCK = threading.Lock()
 
 
+def _forget_inodes(inodes: dict[int, tuple[int, int] | None]) -> None:
+    """Drop the entries of ``inodes`` (connection id -> inode) from :data:`_OPEN_HERE`."""
+    with _OPEN_LOCK:
+        for inode in inodes.values():
+            if inode is not None and inode in _OPEN_HERE:
+                _OPEN_HERE[inode] -= 1
+                if _OPEN_HERE[inode] <= 0:
+                    del _OPEN_HERE[inode]
+        inodes.clear()
+
+
 def _inode(path: Path) -> tuple[int, int] | None:
     try:
         st = os.stat(path)
@@ -538,6 +550,8 @@ class PlanStore:
         #: Set when a damaged store was moved aside and replaced on open (else ``None``).
         self.recovery: Recovery | None = None
         self._inodes: dict[int, tuple[int, int] | None] = {}
+        # a store dropped without close() releases its files in _OPEN_HERE when collected
+        weakref.finalize(self, _forget_inodes, self._inodes)
         try:
             self._conn = self._open_readonly() if readonly else self._open_writable()
         except StoreCorruptError as exc:
@@ -570,13 +584,8 @@ class PlanStore:
 
     def _disconnect(self, conn: sqlite3.Connection) -> None:
         """Close ``conn`` (opened by :meth:`_connect`)."""
-        with _OPEN_LOCK:
-            conn.close()
-            inode = self._inodes.pop(id(conn), None)
-            if inode is not None and inode in _OPEN_HERE:
-                _OPEN_HERE[inode] -= 1
-                if _OPEN_HERE[inode] <= 0:
-                    del _OPEN_HERE[inode]
+        conn.close()
+        _forget_inodes({0: self._inodes.pop(id(conn), None)})
 
     def _open_writable(self) -> sqlite3.Connection:
         if self.path.is_dir():

@@ -234,6 +234,41 @@ def test_files_that_are_not_plan_stores_are_refused_and_left_in_place(tmp_path, 
     assert path.read_bytes() == before and _siblings(path) == ["plans.sqlite"]
 
 
+def test_the_file_is_never_opened_behind_sqlites_back_while_a_connection_is(tmp_path,
+                                                                            monkeypatch):
+    """Closing any descriptor of a file drops every POSIX lock the process holds on it,
+    SQLite's included: another process could then checkpoint the WAL away under this one's
+    readers. The header checks therefore read the file only while no store of this process
+    has it open."""
+    path = tmp_path / "plans.sqlite"
+    PlanStore(path).close()
+    opened: list[str] = []
+    real_open = open
+
+    def spy(file, *args, **kwargs):
+        opened.append(os.fspath(file))
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(store_mod, "open", spy, raising=False)
+    PlanStore(path).close()
+    assert opened == [str(path)]  # the header check, with no connection open
+    with PlanStore(path) as writer:
+        opened.clear()
+        writer.put_measurement("sig", "c", "hw", "sw", median_s=1.0)
+        with PlanStore(path, readonly=True) as reader:
+            assert reader.count_measurements() == 1
+        PlanStore(path).close()
+        assert store_mod._read_head(path, 100) is None
+        assert opened == []
+    assert store_mod._read_head(path, 16) == b"SQLite format 3\x00" and opened == [str(path)]
+    gc_store = PlanStore(path)  # dropped without close(): released when collected
+    del gc_store
+    import gc
+
+    gc.collect()
+    assert store_mod._read_head(path, 16) is not None
+
+
 def test_a_plan_store_is_marked_with_its_application_id(tmp_path):
     path = tmp_path / "plans.sqlite"
     PlanStore(path).close()
