@@ -232,6 +232,14 @@ def check_tensor_sizes(values: Iterable[Value], where: str = "") -> None:
                 f"expected dimensions >= 0"
             )
         size = v.nbytes
+        nonzero = math.prod(int(d) for d in v.shape if d) * (v.dtype.itemsize if v.dtype else 1)
+        if nonzero >= 1 << 63:
+            raise TensorTooLargeError(
+                f"value {v.name!r}{where} has shape {list(v.shape)}: even with "
+                f"{'no elements' if size == 0 else 'its elements'}, numpy cannot hold an array "
+                f"of this shape (its non-zero dimensions multiply to {nonzero} bytes, more than "
+                f"2**63); expected dimensions whose product fits in 64 bits"
+            )
         if size > limit:
             raise TensorTooLargeError(
                 f"value {v.name!r}{where} has shape {list(v.shape)} ({v.dtype}): "

@@ -261,6 +261,7 @@ def _check(proto: onnx.ModelProto) -> None:
             f"the model's graph has {len(proto.graph.node)} node(s) but declares no graph "
             f"outputs; expected at least one output (a model without outputs computes nothing)"
         )
+    _check_text(proto)
     opset = default_opset(proto)
     newest = onnx.defs.onnx_opset_version()
     if opset < MIN_OPSET or opset > newest:
@@ -293,6 +294,35 @@ def _check(proto: onnx.ModelProto) -> None:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         why = _order_problem(proto.graph) if "topologically sorted" in first else ""
         raise ModelLoadError(f"the model is not valid ONNX: {first}{why}") from None
+
+
+def _check_text(proto: onnx.ModelProto) -> None:
+    """Raise when a name of the graph is not valid UTF-8 (protobuf then hands out ``bytes``
+    where every other part of opdispatch expects ``str``)."""
+    g = proto.graph
+
+    def bad(what: str, value: object) -> None:
+        if not isinstance(value, str):
+            raise ModelLoadError(
+                f"{what} is not valid UTF-8 text: received {value!r}; names, operator types "
+                f"and domains must be UTF-8 strings"
+            )
+
+    for k, node in enumerate(g.node):
+        where = f"node {k} ({node.op_type!r})"
+        bad(f"the name of {where}", node.name)
+        bad(f"the operator type of node {k}", node.op_type)
+        bad(f"the domain of {where}", node.domain)
+        for i in list(node.input) + list(node.output):
+            bad(f"a value name of {where}", i)
+        for a in node.attribute:
+            bad(f"an attribute name of {where}", a.name)
+    for what, items in (("graph input", g.input), ("graph output", g.output),
+                        ("value_info", g.value_info), ("initializer", g.initializer)):
+        for item in items:
+            bad(f"the name of a {what}", item.name)
+    for o in proto.opset_import:
+        bad("an opset_import domain", o.domain)
 
 
 def _order_problem(graph: onnx.GraphProto) -> str:

@@ -90,6 +90,8 @@ class FuzzWorker:
         self.proc: subprocess.Popen[bytes] | None = None
         self.stderr = tempfile.TemporaryFile()  # noqa: SIM115 (closed in close())
         self.counts: dict[str, Counter[str]] = {}
+        #: the first message of each error type, per category (for the report)
+        self.samples: dict[str, dict[str, str]] = {}
         self.crash_dir = Path(tempfile.mkdtemp(prefix="opdispatch-fuzz-"))
 
     def _start(self) -> subprocess.Popen[bytes]:
@@ -158,7 +160,9 @@ class FuzzWorker:
         answer = json.loads(line)
         count[answer["outcome"]] += 1
         if answer["outcome"] == "clean":
-            count["error " + answer["error"].split(":", 1)[0]] += 1
+            kind = answer["error"].split(":", 1)[0]
+            count["error " + kind] += 1
+            self.samples.setdefault(category, {}).setdefault(kind, answer["error"])
         count["ran"] += bool(answer.get("ran"))
         return answer
 
@@ -201,7 +205,8 @@ def worker(request) -> Iterator[FuzzWorker]:
     if out:
         Path(out).write_text(json.dumps(
             {"total": total, "seconds": round(elapsed, 1), "on_demand": ON_DEMAND,
-             "categories": {k: dict(v) for k, v in w.counts.items()}}, indent=2))
+             "categories": {k: dict(v) for k, v in w.counts.items()},
+             "first_message_of_each_error": w.samples}, indent=2))
 
 
 def assert_clean(worker: FuzzWorker, model: bytes | onnx.ModelProto, category: str) -> None:

@@ -414,3 +414,28 @@ def test_reshape_to_another_number_of_elements_is_refused_at_load(registry):
     ok = _model([_node("Reshape", ["x", "s"], ["y"])], [("x", [2, 3])],
                 inits=[_const("s", np.array([3, -1], np.int64))])
     assert _session(ok, registry).graph.outputs[0].shape == (3, 2)
+
+
+def test_names_that_are_not_utf8_are_refused():
+    """Found by fuzzing: protobuf hands out bytes for a name that is not valid UTF-8, and the
+    planner failed joining node names (TypeError)."""
+    data = bytearray(_model([_node("Relu", ["x"], ["y"], name="Relu_2")], [("x", [1])])
+                     .SerializeToString())
+    k = data.index(b"Relu_2")
+    data[k + 3] = 0x80
+    with pytest.raises(ModelLoadError, match=(
+            r"the name of node 0 \('Relu'\) is not valid UTF-8 text: received b'Rel\\x80_2'")):
+        import_model(bytes(data))
+
+
+def test_zero_size_shape_whose_other_dimensions_overflow():
+    """Found by fuzzing: [0, 0, 2**31, 2**31] holds no elements, but numpy cannot make an
+    array of that shape, so no feed could ever be given."""
+    from dispatch.errors import TensorTooLargeError
+
+    model = _model([_node("Relu", ["x"], ["y"])], [("x", [0, 0, 2**31, 2**31])])
+    with pytest.raises(TensorTooLargeError, match=(
+            r"value 'x' \(a graph input\) has shape \[0, 0, 2147483648, 2147483648\]: even with no "
+            r"elements, numpy cannot hold an array of this shape")):
+        import_model(model)
+    assert import_model(_model([_node("Relu", ["x"], ["y"])], [("x", [0, 2**20])])).inputs[0].shape == (0, 2**20)
