@@ -363,7 +363,8 @@ class Session:
                                  f"store" if recovery is not None and recovery.moved_to else
                                  "already replaced by a fresh store by another process")
                     except StoreError as err:
-                        where = f"it could not be moved aside ({err})"
+                        why = err.move_error if isinstance(err, StoreCorruptError) else None
+                        where = f"it could not be moved aside ({why or err})"
                     reason = f"the plan store is corrupt ({exc.detail}); {where}"
                     self.plan_note = f"{reason}: running the untuned plan"
                     self._miss_reasons = [reason]

@@ -97,14 +97,16 @@ class StoreCorruptError(StoreError):
         detail: what SQLite reported (an error message or integrity-check lines).
         inode: ``(st_dev, st_ino)`` of the file found damaged (``None`` if unknown), so that
             only that file is ever moved aside.
+        move_error: why it could not be moved aside (``None`` when that was not tried).
     """
 
     def __init__(self, message: str, *, path: str, detail: str,
-                 inode: tuple[int, int] | None = None) -> None:
+                 inode: tuple[int, int] | None = None, move_error: str | None = None) -> None:
         super().__init__(message)
         self.path = path
         self.detail = detail
         self.inode = inode
+        self.move_error = move_error
 
 
 class StoreOutdatedError(StoreError):
@@ -773,8 +775,9 @@ class PlanStore:
             moved = move_aside(self.path, expect=exc.inode)
         except OSError as err:
             raise StoreCorruptError(
-                f"{exc}; but it could not be moved aside ({err}): move or delete it yourself",
-                path=exc.path, detail=exc.detail,
+                f"the plan store {str(self.path)!r} is corrupt ({exc.detail}) and could not be "
+                f"moved aside ({err}): move or delete it yourself",
+                path=exc.path, detail=exc.detail, inode=exc.inode, move_error=str(err),
             ) from None
         return Recovery(path=str(self.path), moved_to=None if moved is None else str(moved),
                         detail=exc.detail)
