@@ -556,3 +556,35 @@ def test_hostile_names_round_trip_and_never_reach_the_sql_text(tmp_path, monkeyp
     assert len(statements) > 30
     leaked = [s for s in statements if MARK in s or "it's" in s]
     assert leaked == [], f"values were spliced into SQL text: {leaked[:3]}"
+
+
+def test_a_transient_read_error_is_retried_never_read_as_immutable(tmp_path, monkeypatch):
+    """A read-only connection may fail for a moment while another process checkpoints and
+    removes the WAL; reading the file as immutable then would skip pages that are still in
+    the WAL. Only a WAL index that cannot be created (a read-only folder) allows that."""
+    path = tmp_path / "plans.sqlite"
+    with PlanStore(path) as s:
+        s.put_measurement("sig", "c", "hw", "sw", median_s=1.0)
+    real_connect = sqlite3.connect
+    targets: list[str] = []
+    failures = [2]
+
+    class Flaky(sqlite3.Connection):
+        def execute(self, sql, *args, **kwargs):
+            if sql == "PRAGMA user_version" and failures[0]:
+                failures[0] -= 1
+                raise sqlite3.OperationalError("disk I/O error")
+            return super().execute(sql, *args, **kwargs)
+
+    def connect(target, **kwargs):
+        targets.append(target)
+        return real_connect(target, **{**kwargs, "factory": Flaky})
+
+    monkeypatch.setattr(store_mod.sqlite3, "connect", connect)
+    with PlanStore(path, readonly=True) as ro:
+        assert ro.count_measurements() == 1
+    assert len(targets) == 3 and all(t.endswith("?mode=ro") for t in targets)
+    failures[0] = 100
+    with pytest.raises(StoreError, match="cannot read the plan store .* read-only: disk I/O error"):
+        PlanStore(path, readonly=True)
+    assert not any("immutable" in t for t in targets)
