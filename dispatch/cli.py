@@ -8,8 +8,11 @@ failures keep their traceback. The ``plans`` commands live in :mod:`dispatch.cli
 from __future__ import annotations
 
 import argparse
+import math
+import os
 import sys
 import time
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -18,10 +21,45 @@ import numpy as np
 from dispatch.errors import OpDispatchError
 
 EXIT_USER_ERROR = 2
+#: exit status of an unexpected failure (BSD sysexits EX_SOFTWARE)
+EXIT_INTERNAL_ERROR = 70
 
 
 class UsageError(OpDispatchError):
     """A command-line argument could not be understood."""
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, received {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, received {text!r}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    """argparse type: an integer >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, received {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, received {text!r}")
+    return value
+
+
+def positive_seconds(text: str) -> float:
+    """argparse type: a finite number of seconds > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, received {text!r}")
+    return value
 
 
 def _table(rows: Sequence[Sequence[str]], max_width: int = 60) -> str:
@@ -124,6 +162,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     sess = Session(args.model, backends=backends, input_shapes=shapes or None, store=store,
                    objective=args.objective, require_plan=args.require_plan)
     load_s = time.perf_counter() - t0
+    _warn_broken_plugins(sess.registry)
     rng = np.random.default_rng(args.seed)
     feeds = {}
     for inp in sess.get_inputs():
@@ -136,7 +175,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     sess.run(None, feeds)  # warm-up
     times = []
     outputs: list[np.ndarray] = []
-    for _ in range(max(1, args.repeat)):
+    for _ in range(args.repeat):
         t = time.perf_counter()
         outputs = sess.run(None, feeds)
         times.append(time.perf_counter() - t)
@@ -158,6 +197,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _warn_broken_plugins(registry) -> None:
+    """One warning line per plugin-folder backend that failed to load (a typo in the folder,
+    a module that does not import): the run goes on without it, and says so."""
+    for label, status in registry.backends.items():
+        if status.origin.startswith("plugin") and not status.available:
+            warnings.warn(f"plugin backend {label} ({status.origin}) is unavailable: "
+                          f"{status.reason}", RuntimeWarning, stacklevel=2)
+
+
 def cmd_tune(args: argparse.Namespace) -> int:
     from dispatch.config import Config
     from tuner.tune import TuneOptions, tune
@@ -173,6 +221,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
         backends=backends,
         progress=not args.no_progress,
     )
+    from dispatch.backend import load_registry
+
+    _warn_broken_plugins(load_registry(config.plugin_path or None, order=config.backend_order))
     print(f"tuning {args.model} (budget {opts.budget_s:.0f} s, objective {opts.objective}, "
           f"store {config.store_path})", flush=True)
     result = tune(args.model, options=opts, input_shapes=shapes or None, config=config,
@@ -216,7 +267,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--shape", action="append", metavar="NAME=1x3x224x224", help="static shape for an input")
     r.add_argument("--output", metavar="DIR", help="write outputs (.npy) and the plan (JSON) here")
     r.add_argument("--backends", help="allowed backends in priority order, e.g. native,numpy")
-    r.add_argument("--repeat", type=int, default=5, help="timed runs after one warm-up (default 5)")
+    r.add_argument("--repeat", type=positive_int, default=5, help="timed runs after one warm-up (default 5)")
     r.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     r.add_argument("--store", default=None, help="plan store to take a tuned plan from (default: configured)")
     r.add_argument("--objective", default="latency", help="objective of the stored plan to use")
@@ -228,13 +279,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     t = sub.add_parser("tune", help="tune a model on this machine and store the plan")
     t.add_argument("model", help="path of an .onnx model")
-    t.add_argument("--budget", type=float, default=None, metavar="SECONDS",
+    t.add_argument("--budget", type=positive_seconds, default=None, metavar="SECONDS",
                    help="bound on the whole tuning run (default: the configured tune_budget_s)")
     t.add_argument("--store", default=None, help="plan store (default: the configured store_path)")
     t.add_argument("--objective", choices=["latency", "memory"], default="latency")
-    t.add_argument("--memory-cap", type=int, default=None, metavar="BYTES",
+    t.add_argument("--memory-cap", type=positive_int, default=None, metavar="BYTES",
                    help="with --objective latency: the fastest plan whose peak memory fits")
-    t.add_argument("--top-k", type=int, default=None, help="plans validated end to end (default 3)")
+    t.add_argument("--top-k", type=positive_int, default=None, help="plans validated end to end (default 3)")
     t.add_argument("--backends", help="backends the tuner may use (default: every available one)")
     t.add_argument("--shape", action="append", metavar="NAME=1x3x224x224", help="static shape for an input")
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -251,20 +302,44 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """Warnings as one line on stderr (``opdispatch: warning: ...``), not ``file:line:``."""
+    text = str(message)
+    text = text[len("opdispatch: "):] if text.startswith("opdispatch: ") else text
+    print(f"opdispatch: warning: {text}", file=file or sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """The ``opdispatch`` command. User errors (bad models, inputs, stores, paths) print one
+    ``opdispatch CMD: error: ...`` line and return 2; anything else is a bug: one line saying
+    so (``OPDISPATCH_DEBUG=1`` shows the traceback) and exit 70."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    command = " ".join(c for c in (args.command, getattr(args, "plans_command", None)) if c)
+    warnings.showwarning = _show_warning
     try:
         return int(args.fn(args) or 0)
     except OpDispatchError as exc:
-        command = " ".join(c for c in (args.command, getattr(args, "plans_command", None)) if c)
         print(f"opdispatch {command}: error: {exc}", file=sys.stderr)
         return EXIT_USER_ERROR
+    except OSError as exc:  # files and folders named by the user: missing, not writable, ...
+        if isinstance(exc, BrokenPipeError):
+            return 0
+        where = f": {exc.filename}" if exc.filename else ""
+        print(f"opdispatch {command}: error: {exc.strerror or exc}{where}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except MemoryError:
+        print(f"opdispatch {command}: error: out of memory", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except Exception as exc:
+        if os.environ.get("OPDISPATCH_DEBUG"):
+            raise
+        print(f"opdispatch {command}: internal error: {type(exc).__name__}: {exc} (a bug: "
+              f"OPDISPATCH_DEBUG=1 shows the traceback; please report it)", file=sys.stderr)
+        return EXIT_INTERNAL_ERROR
     except KeyboardInterrupt:
         print("opdispatch: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:
-        return 0
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dispatch.cli import non_negative_int, positive_int
 from dispatch.errors import OpDispatchError
 
 if TYPE_CHECKING:
@@ -191,7 +192,7 @@ def add_parsers(sub: Any) -> None:
     _plan_args(q)
     q.add_argument("-o", "--output", required=True, metavar="TRACE.json", help="trace to write")
     q.add_argument("--runs", type=int, default=5, help="traced runs (default 5)")
-    q.add_argument("--warmup", type=int, default=1, help="untraced runs first (default 1)")
+    q.add_argument("--warmup", type=non_negative_int, default=1, help="untraced runs first (default 1)")
     q.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
-    q.add_argument("--top", type=int, default=15, help="slowest calls printed (default 15)")
+    q.add_argument("--top", type=positive_int, default=15, help="slowest calls printed (default 15)")
     q.set_defaults(fn=cmd_profile)

@@ -551,7 +551,12 @@ def import_model(
     The returned graph is not yet simplified; see :func:`dispatch.passes.simplify`.
     """
     proto = read_model(model)
-    _check(proto)
+    try:
+        _check(proto)
+    except ModelLoadError as exc:
+        if isinstance(model, str | os.PathLike):  # say which file: the CLI may load several
+            raise ModelLoadError(f"{os.fspath(model)}: {exc}") from None
+        raise
     if proto.functions:
         names = ", ".join(f.name for f in proto.functions)
         raise ModelLoadError(f"model-local functions are not supported (the model defines: {names})")

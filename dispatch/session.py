@@ -208,6 +208,7 @@ class Session:
         self._fallback_lock = threading.Lock()
         self._check_tuning_arguments(plan, overrides, store, tune, require_plan, tune_budget_s,
                                      tune_options)
+        parse_objective(objective)  # an unknown objective is an error now, not a silent miss
         self.config = config or Config.load()
         self.registry = registry or load_registry(self.config.plugin_path or None, order=self.config.backend_order)
         order = list(backends) if backends is not None else list(self.config.backend_order)
@@ -219,6 +220,23 @@ class Session:
             raise PlanError(
                 f"backends {unknown} are not known; known backends: {sorted(self.registry.backends)}"
             )
+        if unknown:  # configured (OPDISPATCH_BACKENDS / config file): maybe a plugin not here
+            warnings.warn(
+                f"opdispatch: the configured backend order names {unknown}, which no installed "
+                f"backend or plugin provides (a typo, or a plugin not installed here); known "
+                f"backends: {sorted(self.registry.backends)}",
+                RuntimeWarning, stacklevel=2,
+            )
+        elif backends is not None:
+            down = {b: self.registry.backends[b].reason or "unavailable" for b in order
+                    if not self.registry.backends[b].available}
+            if down:
+                warnings.warn(
+                    "opdispatch: " + "; ".join(f"backend {b!r} is unavailable ({why})"
+                                               for b, why in down.items())
+                    + "; the plan uses the other requested backends",
+                    RuntimeWarning, stacklevel=2,
+                )
         self.backend_order = order
         self._configure_backends()
         self.graph: Graph = import_model(model, input_shapes)
