@@ -457,3 +457,47 @@ def test_onednn_clip_without_a_bound_keeps_infinities():
     node, _ = case("Clip", [x, lo], const_inputs=[1])
     got = run_in_layouts(registry().impl("Clip.onednn.std"), node, [x, lo])[0]
     np.testing.assert_array_equal(got, np.array([-0.5, -0.5, 0.5, np.inf, 3e38], np.float32))
+
+
+# -- controls: the comparison catches what it is meant to catch -----------------------------------
+
+
+def _wrong_relu(perturb):
+    """A copy of the reference Relu whose kernel applies ``perturb`` to its result."""
+    import dataclasses
+
+    ref = registry().impl("Relu.numpy.maximum")
+
+    def build(node):
+        kernel = ref.build(node)
+        return lambda x: perturb(np.asarray(kernel(x)))
+
+    return dataclasses.replace(ref, name="Relu.control.wrong", backend="control", build=build)
+
+
+CONTROLS = {
+    "relative error 1e-3": ("batch3", lambda y: (y * np.float32(1.001)).astype(np.float32)),
+    "tiny values off by 1e-3 of themselves": ("tiny", lambda y: (y * np.float32(1.001)).astype(np.float32)),
+    "inf clamped to FLT_MAX": ("nonfinite", lambda y: np.clip(y, np.float32(-3.4028235e38),
+                                                              np.float32(3.4028235e38))),
+    "NaN turned into 0": ("nonfinite", lambda y: np.nan_to_num(y, nan=0.0, posinf=np.inf, neginf=-np.inf)),
+    "one element wrong": ("odd_channels", lambda y: np.where(np.arange(y.size).reshape(y.shape) == 3, y + 1, y).astype(np.float32)),
+}
+
+
+@pytest.mark.parametrize("control", sorted(CONTROLS))
+def test_comparison_catches_a_wrong_implementation(control: str) -> None:
+    """Each deliberately wrong Relu fails the comparison on at least one case of its edge kind
+    (so a passing implementation test means something). Not a control: flushing denormal
+    results to zero (FTZ) passes wherever the output also holds normal values, because the
+    tolerance follows the output's magnitude (1e-40 is within 1e-6 of 1e-30)."""
+    import dataclasses
+
+    edge, perturb = CONTROLS[control]
+    fake = _wrong_relu(perturb)
+    reg = registry()
+    wrong = []
+    for p in prepared("Relu", edge):
+        for cand in candidates_of(p, reg.impl("Relu.numpy.maximum")):
+            wrong.append(check_candidate(reg, p, dataclasses.replace(cand, impl=fake)))
+    assert wrong and any(wrong), f"the control {control!r} passed every {edge} case"
