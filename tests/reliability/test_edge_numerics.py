@@ -5,7 +5,7 @@ Implementations: every registered implementation of every available backend, tak
 registry (single-node, fused patterns, and the onnxruntime region implementation over every
 op's cases), on the edge kinds of :mod:`tests.reliability.numerics_cases` — 1x1 spatial, channel
 counts not divisible by the block, batch 3, tiny (~1e-30 and denormal), huge (~1e30), overflowing
-(~3e38) and zero inputs. Each (implementation, edge kind) is one test that runs the
+(~3e38), zero, and non-finite (NaN, +-inf) inputs. Each (implementation, edge kind) is one test that runs the
 implementation on every case of its op where the tuner would offer it (its ``supports()`` and
 layouts accept the node) and compares with the reference (see numerics_harness). Where it is
 not offered, its refusal must carry a reason; an implementation that runs no case of an edge
@@ -15,7 +15,9 @@ Layouts: every registered layout's from_standard / to_standard round trip and ev
 converter (against its two-step chain through the standard layout) on edge shapes filled with
 edge values (denormals, +-0, +-inf, NaN, float32 max), compared bit for bit, padding zero.
 
-``test_summary`` prints the figures (implementations, layouts, converters, cases, runs).
+``test_summary`` prints the figures (implementations, layouts, converters, cases, runs);
+:data:`DIFFERENCES` and :data:`REFUSALS` document, with reasons, every relaxation; the controls
+at the end show that the comparison fails deliberately wrong implementations.
 """
 
 from __future__ import annotations
