@@ -358,7 +358,8 @@ def check_nodes(graph: Graph) -> None:
     """Structural checks the ONNX checker and shape inference leave out, so that a malformed
     node is refused when the model is loaded (with what was received and expected) rather
     than by whichever backend first runs it. Conv: weight rank, channels and groups,
-    ``kernel_shape``, ``auto_pad`` and bias; Reshape: the number of elements."""
+    ``kernel_shape``, ``auto_pad`` and bias; Reshape: the number of elements; Gemm: the bias
+    shape."""
     for node in graph.nodes:
         if node.domain != "":
             continue
@@ -367,8 +368,24 @@ def check_nodes(graph: Graph) -> None:
             reason = _conv_reason(node)
         elif node.op_type == "Reshape":
             reason = _reshape_reason(node)
+        elif node.op_type == "Gemm":
+            reason = _gemm_reason(node)
         if reason:
             raise ModelLoadError(f"node {node.name!r} ({node.op_type}): {reason}")
+
+
+def _gemm_reason(node: Node) -> str | None:
+    """A Gemm bias C that does not broadcast to the output (M, N): onnx's inference does not
+    check it."""
+    c, y = node.input(2), node.outputs[0]
+    if c is None or c.shape is None or y.shape is None or len(y.shape) != 2:
+        return None
+    cs = tuple(c.shape)
+    if len(cs) > 2 or any(d not in (1, o) for d, o in zip(cs[::-1], y.shape[::-1])):
+        return (f"bias C {c.name!r} of shape {list(cs)} does not broadcast to the output shape "
+                f"{list(y.shape)} (M, N); expected a shape such as [{y.shape[1]}], "
+                f"[{y.shape[0]}, 1] or {list(y.shape)}")
+    return None
 
 
 def _reshape_reason(node: Node) -> str | None:

@@ -103,18 +103,17 @@ PLANS: dict[str, list[str] | None] = {
 SPECIALS = {"nan": np.nan, "inf": np.inf, "-inf": -np.inf, "mixed": None}
 
 #: Where a backend's NaN handling legitimately differs from the numpy reference:
-#: (operator, backend) -> what it does. These are the kernels' documented semantics, not bugs:
-#: - Relu on native and oneDNN is ``max(x, 0)`` in SIMD, which returns 0 for NaN (numpy's
-#:   ``np.maximum`` and onnxruntime propagate NaN); a Conv+Relu whose Conv produced NaN
-#:   (from a NaN input, or Inf - Inf) therefore gives 0 there.
-#: - MaxPool on native, oneDNN and onnxruntime keeps a running ``max(m, x)`` that does not
-#:   propagate NaN: a window holding a NaN gives NaN or the maximum over part of its other
-#:   elements (those the kernel visits after the NaN), never more than the maximum over all
-#:   of them (numpy's ``max`` propagates NaN). Windows without NaN agree exactly.
+#: (operator, backend) -> what it does. These are the libraries' semantics, not bugs of
+#: opdispatch (the native kernels propagate NaN like numpy since e777e06):
+#: - Relu on oneDNN is ``max(x, 0)``, which returns 0 for NaN (numpy's ``np.maximum``,
+#:   native and onnxruntime propagate NaN); a Conv+Relu whose Conv produced NaN (from a NaN
+#:   input, or Inf - Inf) therefore gives 0 there.
+#: - MaxPool on oneDNN and onnxruntime keeps a running ``max(m, x)`` that does not propagate
+#:   NaN: a window holding a NaN gives NaN or the maximum over part of its other elements
+#:   (those the kernel visits after the NaN), never more than the maximum over all of them
+#:   (numpy's ``max`` and native propagate NaN). Windows without NaN agree exactly.
 KNOWN_DIFFERENCES: dict[tuple[str, str], str] = {
-    ("Relu", "native"): "Relu(NaN) = 0",
     ("Relu", "onednn"): "Relu(NaN) = 0",
-    ("MaxPool", "native"): "MaxPool drops NaN",
     ("MaxPool", "onednn"): "MaxPool drops NaN",
     ("MaxPool", "onnxruntime"): "MaxPool drops NaN",
 }
@@ -215,18 +214,23 @@ def test_the_known_differences_are_real(registry):
     above and docs/RELIABILITY.md must change with it)."""
     x = _special_input((BATCH, *_dims("relu")), "nan")
     seen = {}
-    for plan in ("default", "onednn"):
+    for plan in ("default", "onednn", "onnxruntime"):
         session = _session(registry, "relu", plan)
+        out = _run(session, x)
         if "Relu(NaN) = 0" in _differences(session):
-            out = _run(session, x)
             seen[plan] = bool(np.all(out[np.isnan(x)] == 0))
+        else:  # the plans not listed propagate NaN exactly like the reference
+            assert np.all(np.isnan(out[np.isnan(x)])), plan
     assert seen and all(seen.values()), seen
     x = _special_input((BATCH, *_dims("maxpool")), "nan")
+    reference = np.isnan(_run(_session(registry, "maxpool", "numpy"), x)).sum()
     for plan in ("default", "onednn", "onnxruntime"):
         session = _session(registry, "maxpool", plan)
+        out = _run(session, x)
         if "MaxPool drops NaN" in _differences(session):
-            out = _run(session, x)
-            assert np.isnan(out).sum() < np.isnan(_run(_session(registry, "maxpool", "numpy"), x)).sum()
+            assert np.isnan(out).sum() < reference, plan
+        else:  # the plans not listed propagate NaN exactly like the reference
+            assert np.isnan(out).sum() == reference, plan
 
 
 # -- zero-size dimensions (in a subprocess: a crash must not kill the test run) ----------

@@ -439,3 +439,17 @@ def test_zero_size_shape_whose_other_dimensions_overflow():
             r"elements, numpy cannot hold an array of this shape")):
         import_model(model)
     assert import_model(_model([_node("Relu", ["x"], ["y"])], [("x", [0, 2**20])])).inputs[0].shape == (0, 2**20)
+
+
+def test_gemm_bias_that_does_not_broadcast_is_refused_at_load(registry):
+    """Found by fuzzing: onnx's inference does not check C; the plan failed at run time."""
+    inits = [_const("B", np.ones((2, 3), np.float32)), _const("C", np.ones(4, np.float32))]
+    model = _model([_node("Gemm", ["x", "B", "C"], ["y"], transB=1)], [("x", [2, 3])], inits=inits)
+    with pytest.raises(ModelLoadError, match=(
+            r"node 'Gemm_node' \(Gemm\): bias C 'C' of shape \[4\] does not broadcast to the "
+            r"output shape \[2, 2\] \(M, N\); expected a shape such as \[2\], \[2, 1\] or \[2, 2\]")):
+        _session(model, registry)
+    for shape in [(2,), (1, 2), (2, 1), (2, 2), (1,), ()]:
+        inits[1] = _const("C", np.ones(shape, np.float32))
+        model = _model([_node("Gemm", ["x", "B", "C"], ["y"], transB=1)], [("x", [2, 3])], inits=inits)
+        assert _session(model, registry).graph.outputs[0].shape == (2, 2)
