@@ -359,7 +359,7 @@ def check_nodes(graph: Graph) -> None:
     node is refused when the model is loaded (with what was received and expected) rather
     than by whichever backend first runs it. Conv: weight rank, channels and groups,
     ``kernel_shape``, ``auto_pad`` and bias; Reshape: the number of elements; Gemm: the bias
-    shape."""
+    shape; MaxPool/AveragePool: ``ceil_mode`` windows that start in the padding."""
     for node in graph.nodes:
         if node.domain != "":
             continue
@@ -370,6 +370,8 @@ def check_nodes(graph: Graph) -> None:
             reason = _reshape_reason(node)
         elif node.op_type == "Gemm":
             reason = _gemm_reason(node)
+        elif node.op_type in ("MaxPool", "AveragePool"):
+            reason = _ceil_pool_reason(node)
         if reason:
             raise ModelLoadError(f"node {node.name!r} ({node.op_type}): {reason}")
 
@@ -385,6 +387,31 @@ def _gemm_reason(node: Node) -> str | None:
         return (f"bias C {c.name!r} of shape {list(cs)} does not broadcast to the output shape "
                 f"{list(y.shape)} (M, N); expected a shape such as [{y.shape[1]}], "
                 f"[{y.shape[0]}, 1] or {list(y.shape)}")
+    return None
+
+
+def _ceil_pool_reason(node: Node) -> str | None:
+    """A pool with ``ceil_mode=1`` whose last window would start in the end padding: onnx's
+    inference counts that window, the implementations drop it (as PyTorch and the ONNX
+    reference do), so the plan would fail at run time on the shape."""
+    x, y = node.input(0), node.outputs[0]
+    if not node.attr("ceil_mode", 0) or (node.attr("auto_pad", "NOTSET") or "NOTSET") != "NOTSET":
+        return None
+    if x is None or y is None or x.shape is None or y.shape is None or len(x.shape) != len(y.shape):
+        return None
+    nd = len(x.shape) - 2
+    strides = list(node.attr("strides") or [1] * nd)
+    pads = list(node.attr("pads") or [0] * (2 * nd))
+    if len(strides) != nd or len(pads) != 2 * nd:
+        return None
+    for k in range(nd):
+        out, size = int(y.shape[2 + k]), int(x.shape[2 + k])
+        if out > 0 and (out - 1) * int(strides[k]) >= size + int(pads[k]):
+            return (f"with ceil_mode=1 the last window along spatial axis {k} would start in the "
+                    f"end padding (input {list(x.shape)}, pads {pads}, strides {strides}, output "
+                    f"{list(y.shape)} by onnx's inference); the implementations drop that "
+                    f"window, so the output shape is ambiguous; expected pads smaller than the "
+                    f"kernel")
     return None
 
 

@@ -453,3 +453,19 @@ def test_gemm_bias_that_does_not_broadcast_is_refused_at_load(registry):
         inits[1] = _const("C", np.ones(shape, np.float32))
         model = _model([_node("Gemm", ["x", "B", "C"], ["y"], transB=1)], [("x", [2, 3])], inits=inits)
         assert _session(model, registry).graph.outputs[0].shape == (2, 2)
+
+
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool"])
+def test_ceil_mode_window_in_the_padding_is_refused_at_load(registry, op):
+    """Found by fuzzing: onnx's inference counts a last window that starts in the end padding,
+    the implementations drop it; the plan failed at run time on the output shape."""
+    model = _model([_node(op, ["x"], ["y"], ceil_mode=1, kernel_shape=[3, 3], pads=[3, 3, 3, 3])],
+                   [("x", [1, 5, 12, 5])])
+    with pytest.raises(ModelLoadError, match=(
+            rf"node '{op}_node' \({op}\): with ceil_mode=1 the last window along spatial axis 0 "
+            r"would start in the end padding \(input \[1, 5, 12, 5\], pads \[3, 3, 3, 3\], strides "
+            r"\[1, 1\], output \[1, 5, 16, 9\] by onnx's inference\)")):
+        _session(model, registry)
+    ok = _model([_node(op, ["x"], ["y"], ceil_mode=1, kernel_shape=[3, 3], strides=[2, 2],
+                       pads=[1, 1, 1, 1])], [("x", [1, 5, 12, 5])])
+    assert _session(ok, registry).run(None, {"x": np.ones((1, 5, 12, 5), np.float32)})[0].shape == (1, 5, 7, 3)
