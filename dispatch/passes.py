@@ -365,13 +365,13 @@ def check_nodes(graph: Graph) -> None:
             continue
         reason = None
         if node.op_type == "Conv":
-            reason = _conv_reason(node)
+            reason = _conv_reason(node) or _window_reason(node)
         elif node.op_type == "Reshape":
             reason = _reshape_reason(node)
         elif node.op_type == "Gemm":
             reason = _gemm_reason(node)
         elif node.op_type in ("MaxPool", "AveragePool"):
-            reason = _ceil_pool_reason(node)
+            reason = _window_reason(node) or _ceil_pool_reason(node)
         if reason:
             raise ModelLoadError(f"node {node.name!r} ({node.op_type}): {reason}")
 
@@ -387,6 +387,42 @@ def _gemm_reason(node: Node) -> str | None:
         return (f"bias C {c.name!r} of shape {list(cs)} does not broadcast to the output shape "
                 f"{list(y.shape)} (M, N); expected a shape such as [{y.shape[1]}], "
                 f"[{y.shape[0]}, 1] or {list(y.shape)}")
+    return None
+
+
+def _window_reason(node: Node) -> str | None:
+    """Window attributes on which onnx's inference and the implementations disagree: explicit
+    ``pads`` together with an ``auto_pad`` (ONNX forbids it), and a (dilated) kernel larger
+    than the padded input (onnx's inference rounds the negative size toward zero, giving
+    one output, the implementations none)."""
+    auto_pad = node.attr("auto_pad", "NOTSET") or "NOTSET"
+    pads = node.attr("pads")
+    if auto_pad != "NOTSET":
+        if pads is not None and any(int(p) for p in pads):
+            return (f"auto_pad={auto_pad} and pads={list(pads)} are both set; ONNX allows pads "
+                    f"only with auto_pad=NOTSET")
+        return None
+    x = node.input(0)
+    if x is None or x.shape is None or len(x.shape) < 3:
+        return None
+    nd = len(x.shape) - 2
+    if node.op_type == "Conv":
+        w = node.input(1)
+        kernel = list(w.shape[2:]) if w is not None and w.shape is not None else None
+    else:
+        kernel = node.attr("kernel_shape")
+    dilations = list(node.attr("dilations") or [1] * nd)
+    pads = list(pads or [0] * (2 * nd))
+    if kernel is None or len(kernel) != nd or len(dilations) != nd or len(pads) != 2 * nd:
+        return None
+    for k in range(nd):
+        span = (int(kernel[k]) - 1) * int(dilations[k]) + 1
+        padded = int(x.shape[2 + k]) + int(pads[k]) + int(pads[k + nd])
+        if span > padded:
+            return (f"its window spans {span} elements along spatial axis {k} (kernel "
+                    f"{list(kernel)}, dilations {dilations}) but the padded input has "
+                    f"{padded} there (input {list(x.shape)}, pads {pads}); expected a window "
+                    f"no larger than the padded input")
     return None
 
 

@@ -469,3 +469,22 @@ def test_ceil_mode_window_in_the_padding_is_refused_at_load(registry, op):
     ok = _model([_node(op, ["x"], ["y"], ceil_mode=1, kernel_shape=[3, 3], strides=[2, 2],
                        pads=[1, 1, 1, 1])], [("x", [1, 5, 12, 5])])
     assert _session(ok, registry).run(None, {"x": np.ones((1, 5, 12, 5), np.float32)})[0].shape == (1, 5, 7, 3)
+
+
+@pytest.mark.parametrize("op, attrs, x_shape, pattern", [
+    ("Conv", {"auto_pad": "SAME_UPPER", "pads": [1, 1, 1, 1]}, [1, 3, 8, 8],
+     r"auto_pad=SAME_UPPER and pads=\[1, 1, 1, 1\] are both set; ONNX allows pads only with auto_pad=NOTSET"),
+    ("Conv", {"dilations": [3, 3], "pads": [1, 1, 1, 1]}, [1, 3, 4, 4],
+     r"its window spans 7 elements along spatial axis 0 \(kernel \[3, 3\], dilations \[3, 3\]\) but the "
+     r"padded input has 6 there \(input \[1, 3, 4, 4\], pads \[1, 1, 1, 1\]\)"),
+    ("AveragePool", {"kernel_shape": [5, 5], "strides": [3, 3]}, [1, 3, 3, 1],
+     r"its window spans 5 elements along spatial axis 0 .* padded input has 3 there"),
+])
+def test_windows_onnx_and_the_kernels_size_differently_are_refused(registry, op, attrs, x_shape, pattern):
+    """Found by fuzzing: onnx's inference rounds a negative output size toward zero (one
+    output) and ignores pads next to auto_pad; the implementations did not agree at run time."""
+    inits = [_const("W", np.ones((4, 3, 3, 3), np.float32))] if op == "Conv" else []
+    ins = ["x", "W"] if op == "Conv" else ["x"]
+    model = _model([_node(op, ins, ["y"], **attrs)], [("x", x_shape)], inits=inits)
+    with pytest.raises(ModelLoadError, match=rf"node '{op}_node' \({op}\): " + pattern):
+        _session(model, registry)
