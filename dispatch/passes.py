@@ -359,7 +359,9 @@ def check_nodes(graph: Graph) -> None:
     node is refused when the model is loaded (with what was received and expected) rather
     than by whichever backend first runs it. Conv: weight rank, channels and groups,
     ``kernel_shape``, ``auto_pad`` and bias; Reshape: the number of elements; Gemm: the bias
-    shape; MaxPool/AveragePool: ``ceil_mode`` windows that start in the padding."""
+    shape; Transpose: ``perm``; MaxPool/AveragePool: ``ceil_mode`` windows that start in
+    the padding; Conv and pools: ``pads`` next to ``auto_pad``, windows larger than the
+    padded input."""
     for node in graph.nodes:
         if node.domain != "":
             continue
@@ -370,10 +372,25 @@ def check_nodes(graph: Graph) -> None:
             reason = _reshape_reason(node)
         elif node.op_type == "Gemm":
             reason = _gemm_reason(node)
+        elif node.op_type == "Transpose":
+            reason = _transpose_reason(node)
         elif node.op_type in ("MaxPool", "AveragePool"):
             reason = _window_reason(node) or _ceil_pool_reason(node)
         if reason:
             raise ModelLoadError(f"node {node.name!r} ({node.op_type}): {reason}")
+
+
+def _transpose_reason(node: Node) -> str | None:
+    """A ``perm`` that is no permutation of the input's axes (onnx's inference lets some
+    through)."""
+    x, perm = node.input(0), node.attr("perm")
+    if x is None or x.shape is None or perm is None:
+        return None
+    if sorted(int(p) for p in perm) != list(range(len(x.shape))):
+        return (f"perm {list(perm)} is not a permutation of the {len(x.shape)} axes of "
+                f"{x.name!r} (shape {list(x.shape)}); expected a reordering of "
+                f"{list(range(len(x.shape)))}")
+    return None
 
 
 def _gemm_reason(node: Node) -> str | None:
@@ -398,7 +415,9 @@ def _window_reason(node: Node) -> str | None:
     auto_pad = node.attr("auto_pad", "NOTSET") or "NOTSET"
     pads = node.attr("pads")
     if auto_pad != "NOTSET":
-        if pads is not None and any(int(p) for p in pads):
+        # onnx's inference then uses the pads, the implementations auto_pad (VALID with zero
+        # pads, which some exporters write, means the same either way)
+        if pads is not None and (auto_pad != "VALID" or any(int(p) for p in pads)):
             return (f"auto_pad={auto_pad} and pads={list(pads)} are both set; ONNX allows pads "
                     f"only with auto_pad=NOTSET")
         return None

@@ -474,6 +474,8 @@ def test_ceil_mode_window_in_the_padding_is_refused_at_load(registry, op):
 @pytest.mark.parametrize("op, attrs, x_shape, pattern", [
     ("Conv", {"auto_pad": "SAME_UPPER", "pads": [1, 1, 1, 1]}, [1, 3, 8, 8],
      r"auto_pad=SAME_UPPER and pads=\[1, 1, 1, 1\] are both set; ONNX allows pads only with auto_pad=NOTSET"),
+    ("Conv", {"auto_pad": "SAME_LOWER", "pads": [0, 0, 0, 0]}, [1, 3, 5, 5],
+     r"auto_pad=SAME_LOWER and pads=\[0, 0, 0, 0\] are both set"),
     ("Conv", {"dilations": [3, 3], "pads": [1, 1, 1, 1]}, [1, 3, 4, 4],
      r"its window spans 7 elements along spatial axis 0 \(kernel \[3, 3\], dilations \[3, 3\]\) but the "
      r"padded input has 6 there \(input \[1, 3, 4, 4\], pads \[1, 1, 1, 1\]\)"),
@@ -487,4 +489,11 @@ def test_windows_onnx_and_the_kernels_size_differently_are_refused(registry, op,
     ins = ["x", "W"] if op == "Conv" else ["x"]
     model = _model([_node(op, ins, ["y"], **attrs)], [("x", x_shape)], inits=inits)
     with pytest.raises(ModelLoadError, match=rf"node '{op}_node' \({op}\): " + pattern):
+        _session(model, registry)
+
+
+def test_transpose_perm_that_is_no_permutation_is_refused_at_load(registry):
+    """Found by fuzzing: onnxruntime was planned for it and failed at run time."""
+    model = _model([_node("Transpose", ["x"], ["y"], perm=[0])], [("x", [1, 2, 3, 4])])
+    with pytest.raises(ModelLoadError, match=r"node 'Transpose_node' \(Transpose\): perm \[0\] is not a permutation of the 4 axes of 'x'"):
         _session(model, registry)
