@@ -375,9 +375,20 @@ def check_nodes(graph: Graph) -> None:
         elif node.op_type == "Transpose":
             reason = _transpose_reason(node)
         elif node.op_type in ("MaxPool", "AveragePool"):
-            reason = _window_reason(node) or _ceil_pool_reason(node)
+            reason = (_pool_rank_reason(node) or _window_reason(node)
+                      or _ceil_pool_reason(node))
+        elif node.op_type in ("GlobalAveragePool", "GlobalMaxPool"):
+            reason = _pool_rank_reason(node)
         if reason:
             raise ModelLoadError(f"node {node.name!r} ({node.op_type}): {reason}")
+
+
+def _pool_rank_reason(node: Node) -> str | None:
+    x = node.input(0)
+    if x is not None and x.shape is not None and len(x.shape) < 3:
+        return (f"X must have rank >= 3 (N, C, spatial...), received {x.name!r} of shape "
+                f"{list(x.shape)}")
+    return None
 
 
 def _transpose_reason(node: Node) -> str | None:
@@ -396,7 +407,15 @@ def _transpose_reason(node: Node) -> str | None:
 def _gemm_reason(node: Node) -> str | None:
     """A Gemm bias C that does not broadcast to the output (M, N): onnx's inference does not
     check it."""
-    c, y = node.input(2), node.outputs[0]
+    a, b, c, y = node.input(0), node.input(1), node.input(2), node.outputs[0]
+    if (a is not None and b is not None and a.shape is not None and b.shape is not None
+            and len(a.shape) == 2 and len(b.shape) == 2):
+        ka = a.shape[0] if node.attr("transA", 0) else a.shape[1]
+        kb = b.shape[1] if node.attr("transB", 0) else b.shape[0]
+        if ka != kb:
+            return (f"inner dimensions differ: A {list(a.shape)} (transA={node.attr('transA', 0)}"
+                    f") has K={ka}, B {list(b.shape)} (transB={node.attr('transB', 0)}) has "
+                    f"K={kb}; expected equal K")
     if c is None or c.shape is None or y.shape is None or len(y.shape) != 2:
         return None
     cs = tuple(c.shape)

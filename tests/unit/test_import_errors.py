@@ -497,3 +497,18 @@ def test_transpose_perm_that_is_no_permutation_is_refused_at_load(registry):
     model = _model([_node("Transpose", ["x"], ["y"], perm=[0])], [("x", [1, 2, 3, 4])])
     with pytest.raises(ModelLoadError, match=r"node 'Transpose_node' \(Transpose\): perm \[0\] is not a permutation of the 4 axes of 'x'"):
         _session(model, registry)
+
+
+def test_gemm_inner_dimensions_and_pool_ranks_are_checked_at_load(registry):
+    """Found by fuzzing: onnxruntime accepted these when planned and failed at run time."""
+    gemm = _model([_node("Gemm", ["x", "B"], ["y"], transB=1)], [("x", [2, 1])],
+                  inits=[_const("B", np.ones((4, 8), np.float32))])
+    with pytest.raises(ModelLoadError, match=(
+            r"node 'Gemm_node' \(Gemm\): inner dimensions differ: A \[2, 1\] \(transA=0\) has "
+            r"K=1, B \[4, 8\] \(transB=1\) has K=8; expected equal K")):
+        _session(gemm, registry, backends=["onnxruntime", "numpy"])
+    pool = _model([_node("GlobalAveragePool", ["x"], ["y"])], [("x", [2, 3])])
+    with pytest.raises(ModelLoadError, match=(
+            r"node 'GlobalAveragePool_node' \(GlobalAveragePool\): X must have rank >= 3 "
+            r"\(N, C, spatial...\), received 'x' of shape \[2, 3\]")):
+        _session(pool, registry, backends=["onnxruntime", "numpy"])
