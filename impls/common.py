@@ -17,8 +17,9 @@ Kernel = Callable[..., np.ndarray]
 
 
 def as_f32(x: np.ndarray) -> np.ndarray:
-    """``x`` as a C-contiguous float32 array (a copy only when needed)."""
-    return np.ascontiguousarray(x, dtype=np.float32)
+    """``x`` as a C-contiguous float32 array (a copy only when needed; a 0-d array stays
+    0-d, where ``np.ascontiguousarray`` would make it 1-d)."""
+    return np.require(x, dtype=np.float32, requirements="C")
 
 
 def cdiv(a: int, b: int) -> int:

@@ -23,7 +23,7 @@ import numpy as np
 
 from dispatch.graph import Node
 from dispatch.registry import STANDARD, Priority
-from impls.common import clip_bounds
+from impls.common import as_f32, clip_bounds
 from impls.onednn import layouts as lay
 from impls.onednn._module import onednn
 from impls.onednn.table import impls
@@ -34,8 +34,7 @@ BLOCKS = {"nchw8c": 8, "nchw16c": 16}
 Kernel = Callable[..., np.ndarray]
 
 
-def _c(x: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(x, dtype=np.float32)
+_c = as_f32
 
 
 @dataclass(frozen=True)

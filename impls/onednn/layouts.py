@@ -36,6 +36,7 @@ from collections.abc import Callable
 import numpy as np
 
 from dispatch.registry import STANDARD, Registry
+from impls.common import as_f32
 from impls.onednn._module import onednn
 from layouts.registry import ConvertFn, Layout, LayoutRegistry
 
@@ -101,8 +102,7 @@ def physical_shape(tag: str, shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(onednn().physical_shape(list(view_dims(tag, shape)), tag))
 
 
-def _c(x: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(x, dtype=np.float32)
+_c = as_f32
 
 
 def _to_standard(tag: str) -> ConvertFn:

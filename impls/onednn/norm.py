@@ -17,6 +17,7 @@ import numpy as np
 
 from dispatch.graph import Node
 from dispatch.registry import STANDARD, Priority
+from impls.common import as_f32
 from impls.onednn import layouts as lay
 from impls.onednn._module import onednn
 from impls.onednn.table import impls
@@ -28,8 +29,7 @@ DEFAULT_EPSILON = 1e-5
 Kernel = Callable[..., np.ndarray]
 
 
-def _c(x: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(x, dtype=np.float32)
+_c = as_f32
 
 
 def _bn(node: Node) -> Node:

@@ -20,6 +20,7 @@ import numpy as np
 
 from dispatch.graph import Node
 from dispatch.registry import STANDARD, Priority
+from impls.common import as_f32
 from impls.numpy.conv import window_attrs, window_reason
 from impls.onednn import layouts as lay
 from impls.onednn._module import onednn
@@ -32,8 +33,7 @@ OPS = ("MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool")
 Kernel = Callable[[np.ndarray], np.ndarray]
 
 
-def _c(x: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(x, dtype=np.float32)
+_c = as_f32
 
 
 def pool_params(node: Node) -> tuple[list[int], str] | str:

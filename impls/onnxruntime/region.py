@@ -225,7 +225,7 @@ def build_region(region: FusedNode):
         if binding is None:
             binding = local.binding = sess.io_binding()
         for name, a in zip(in_names, arrays):
-            binding.bind_cpu_input(name, np.ascontiguousarray(a))
+            binding.bind_cpu_input(name, np.require(a, requirements="C"))  # keeps 0-d arrays 0-d
         for name in out_names:
             binding.bind_output(name, "cpu")
         sess.run_with_iobinding(binding)

@@ -384,11 +384,7 @@ def test_zero_d_scalar_input(registry):
         session.run(None, {"x": 2.0})
 
 
-@pytest.mark.xfail(raises=OpDispatchError, reason=(
-    "rank-0 tensors: the native elementwise kernels (Relu/Add/Mul/Sub/Div/Max/Sum/Clip .std) "
-    "and the onnxruntime region return shape (1,) for a () input; the executor refuses it with "
-    "a KernelError (a clean error, not a wrong result)"))
-@pytest.mark.parametrize("plan", ["default", "onnxruntime"])
+@pytest.mark.parametrize("plan", ["default", "onednn", "onnxruntime"])
 def test_zero_d_scalar_input_other_plans(registry, plan):
     if not registry.backends[PLANS[plan][0] if PLANS[plan] else "native"].available:
         pytest.skip(f"{plan} is not available here")
