@@ -229,6 +229,10 @@ def cmd_tune(args: argparse.Namespace) -> int:
     result = tune(args.model, options=opts, input_shapes=shapes or None, config=config,
                   log=lambda msg: print(msg, flush=True))
     print(result.summary())
+    if result.plan_id is None:
+        print(f"opdispatch tune: error: the tuned plan could not be stored: {result.store_error}",
+              file=sys.stderr)
+        return EXIT_USER_ERROR
     return 0
 
 

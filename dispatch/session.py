@@ -447,10 +447,15 @@ class Session:
         shapes: ``tuner.tune.tune`` takes no feeds.
         """
         result, executor = self._run_tuner(budget_s, options)
-        self._switch_to(result, executor,
-                        f"plan {result.plan_id} ({result.key.digest()[:16]}) tuned by "
-                        f"Session.tune and stored in {self.store_path}")
+        self._switch_to(result, executor, self._tuned_note(result, "by Session.tune"))
         return result
+
+    def _tuned_note(self, result: TuneResult, how: str) -> str:
+        if result.plan_id is None:
+            return (f"plan {result.key.digest()[:16]} tuned {how}, running from memory: it "
+                    f"could not be stored in {self.store_path} ({result.store_error})")
+        return (f"plan {result.plan_id} ({result.key.digest()[:16]}) tuned {how} and stored in "
+                f"{self.store_path}")
 
     def _tune_settings(self, budget_s: float | None, options: Mapping[str, Any]) -> TuneOptions:
         from tuner.tune import TuneOptions
@@ -535,9 +540,7 @@ class Session:
             self.plan_note = f"tuning on the first run failed, running the untuned plan: {problem}"
             warnings.warn(f"opdispatch: {self.plan_note}", RuntimeWarning, stacklevel=3)
             return
-        self._switch_to(result, executor,
-                        f"plan {result.plan_id} ({result.key.digest()[:16]}) tuned on the first "
-                        f"run and stored in {self.store_path}")
+        self._switch_to(result, executor, self._tuned_note(result, "on the first run"))
 
     def _configure_backends(self) -> None:
         for status in self.registry.backends.values():

@@ -85,6 +85,24 @@ class StoreError(OpDispatchError):
     """The plan store cannot be opened, has an unknown schema, or refused an operation."""
 
 
+class StoreWriteError(StoreError):
+    """A write to the plan store failed for a reason other than another process's lock: a
+    full disk, a file-size limit, a failing device. Everything committed before is kept (the
+    failed transaction is rolled back)."""
+
+
+#: SQLite's primary result codes for "another connection holds the lock"
+_BUSY_CODES = (5, 6)  # SQLITE_BUSY, SQLITE_LOCKED
+
+
+def _is_busy(exc: sqlite3.Error) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        return (code & 0xFF) in _BUSY_CODES
+    text = str(exc).lower()
+    return "locked" in text or "busy" in text
+
+
 class BundleError(StoreError):
     """A plan bundle is malformed or of a format version this opdispatch does not read."""
 
@@ -673,6 +691,10 @@ class PlanStore:
         return conn
 
     def _unreadable(self, exc: BaseException) -> str:
+        code = getattr(exc, "sqlite_errorcode", None)
+        if code is not None and (code & 0xFF) in (10, 13):  # SQLITE_IOERR, SQLITE_FULL
+            return (f"cannot use the plan store {str(self.path)!r}: {exc} (a full disk, a "
+                    f"file-size limit or a failing device?)")
         return (f"{str(self.path)!r} is not a readable SQLite plan store "
                 f"({type(exc).__name__}: {exc})")
 
@@ -859,6 +881,8 @@ class PlanStore:
         try:
             self._conn.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError as exc:
+            if not _is_busy(exc):
+                raise StoreWriteError(self._write_failed(operation, exc)) from None
             raise StoreError(
                 f"{operation}: could not lock the plan store {str(self.path)!r} within "
                 f"{self.timeout_s:g} s: {exc}"
@@ -866,10 +890,18 @@ class PlanStore:
         try:
             yield
             self._conn.execute("COMMIT")
-        except BaseException:
+        except BaseException as exc:
             if self._conn.in_transaction:
-                self._conn.execute("ROLLBACK")
+                with contextlib.suppress(sqlite3.Error):  # the error below says what happened
+                    self._conn.execute("ROLLBACK")
+            if isinstance(exc, sqlite3.OperationalError) and not _is_busy(exc):
+                raise StoreWriteError(self._write_failed(operation, exc)) from None
             raise
+
+    def _write_failed(self, operation: str, exc: sqlite3.Error) -> str:
+        return (f"{operation}: writing to the plan store {str(self.path)!r} failed: {exc} (a "
+                f"full disk, a file-size limit or a failing device?); everything committed "
+                f"before is kept")
 
     def meta(self) -> dict[str, str]:
         """The ``meta`` table (schema version, creation time)."""

@@ -29,6 +29,7 @@ import gc
 import os
 import sys
 import time
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -71,7 +72,7 @@ from tuner.measure import (
     reference_overrides,
 )
 from tuner.optimize import Choice, Problem, Solution, optimize
-from tuner.store import PlanStore
+from tuner.store import PlanStore, StoreWriteError
 
 OBJECTIVES = ("latency", "memory")
 
@@ -117,17 +118,22 @@ class TuneResult:
 
     plan: Plan
     key: PlanKey
-    plan_id: int
+    #: the stored plan's id; ``None`` when the store could not be written (:attr:`store_error`)
+    plan_id: int | None
     latency_ms: float
     peak_bytes: int
     validated: list[PlanCandidate]
     stats: dict[str, Any] = field(default_factory=dict)
+    #: why the plan (or some measurements) could not be written to the store, else ``None``
+    store_error: str | None = None
 
     def summary(self) -> str:
         """A few lines for the terminal."""
         s = self.stats
+        stored = (f"stored (id {self.plan_id})" if self.plan_id is not None
+                  else f"NOT stored ({self.store_error})")
         lines = [
-            f"plan {self.key.digest()[:16]} stored (id {self.plan_id}); objective {self.key.objective}",
+            f"plan {self.key.digest()[:16]} {stored}; objective {self.key.objective}",
             f"measured {s['measured']} new candidate signature(s), reused {s['reused']}, "
             f"rejected {s['wrong']} wrong/failing, skipped {s['skipped_budget']} over budget; "
             f"{s['conversions_measured']} converter cost(s) measured, {s.get('conversions_estimated', 0)} estimated",
@@ -145,6 +151,56 @@ class TuneResult:
         used = ", ".join(f"{b}: {n}" for b, n in self.plan.backends_used().items())
         lines.append(f"winner runs {used}; {len(self.plan.conversions)} conversion(s); tuning took {s['tuning_s']:.1f} s")
         return "\n".join(lines)
+
+
+class _GuardedStore:
+    """The tuner's view of the plan store: reads go through; when a write fails for a reason
+    other than a lock (:class:`StoreWriteError`: a full disk, a file-size limit), the run goes
+    on with its measurements in memory (warned once) and nothing more is written, so a full
+    disk costs the cache, never the tuning run. :attr:`error` says what failed."""
+
+    def __init__(self, store: PlanStore) -> None:
+        self._store = store
+        self.error: str | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    def _failed(self, exc: StoreWriteError) -> None:
+        if self.error is None:
+            self.error = str(exc)
+            warnings.warn(f"opdispatch: {exc}; the tuning run goes on with its measurements "
+                          f"in memory", RuntimeWarning, stacklevel=3)
+
+    def put_measurement(self, *args: Any, **kwargs: Any) -> None:
+        if self.error is not None:
+            return
+        try:
+            self._store.put_measurement(*args, **kwargs)
+        except StoreWriteError as exc:
+            self._failed(exc)
+
+    def start_run(self, *args: Any, **kwargs: Any) -> int | None:
+        try:
+            return self._store.start_run(*args, **kwargs)
+        except StoreWriteError as exc:
+            self._failed(exc)
+            return None
+
+    def finish_run(self, run_id: int | None, *args: Any, **kwargs: Any) -> None:
+        if run_id is None or self.error is not None:
+            return
+        try:
+            self._store.finish_run(run_id, *args, **kwargs)
+        except StoreWriteError as exc:
+            self._failed(exc)
+
+    def put_plan(self, *args: Any, **kwargs: Any) -> int | None:
+        try:  # tried even after a failed write: the plan is what the run is for
+            return self._store.put_plan(*args, **kwargs)
+        except StoreWriteError as exc:
+            self._failed(exc)
+            return None
 
 
 # ------------------------------------------------------------------------------------------
@@ -571,6 +627,7 @@ def tune(
             configure(config)
     if not isinstance(store, PlanStore):
         store = PlanStore(store or config.store_path)
+    store = _GuardedStore(store)
     graph = load_graph(model, registry, backends, input_shapes)
     key = plan_key(graph, registry, backends, objective)
     hw, sw = hardware_digest(key.hardware), software_digest(key.software)
@@ -586,6 +643,7 @@ def tune(
         raise
     result.stats["tuning_s"] = time.monotonic() - t_start
     store.finish_run(run_id, "finished", result.stats)
+    result.store_error = store.error
     return result
 
 
