@@ -97,10 +97,10 @@ def _model_fp(model: str, shapes: Sequence[str] | None) -> str:
 
 
 def _here(stored: StoredPlan, registry: Registry, hardware: dict[str, Any]) -> str:
-    from tuner.store import stale_reasons
+    from tuner.plan_lookup import usable_here
 
-    reasons = stale_reasons(stored, registry, hardware)
-    return "yes" if not reasons else "no: " + "; ".join(reasons)
+    ok, why = usable_here(stored, registry, hardware)
+    return ("yes" + (f" ({why})" if why else "")) if ok else f"no: {why}"
 
 
 # ------------------------------------------------------------------------------------------

@@ -115,3 +115,29 @@ def _only_unused_backends_dropped(old: PlanKey, new: PlanKey, used: dict[str, in
         if a_be[name] != b_be[name] or a_im.get(name) != b_im.get(name):
             return []
     return dropped
+
+
+def usable_here(stored: StoredPlan, registry: Registry,
+                hardware: dict | None = None) -> tuple[bool, str]:
+    """Whether ``stored`` could run in this process as tuned, and why not (or a note), with
+    the rules :func:`find_plan` applies: a vanished backend the plan uses makes it unusable
+    (named, with the reason it is unavailable); one the plan does not use does not."""
+    from tuner.store import key_here
+
+    try:
+        used = backends_of(stored.plan(), registry)
+    except (OpDispatchError, ValueError, TypeError) as exc:
+        return False, f"unreadable plan ({type(exc).__name__}: {exc})"
+    available = set(registry.available_backends())
+    gone = sorted(b for b in used if b not in available)
+    if gone:
+        return False, "; ".join(f"runs on backend {b!r} ({used[b]} step(s) or conversion(s)), "
+                                f"which is {unavailable_reason(registry, b)}" for b in gone)
+    here = key_here(stored.key, registry, hardware)
+    differences = stored.key.explain_difference(here)
+    if not differences:
+        return True, ""
+    dropped = _only_unused_backends_dropped(stored.key, here, used)
+    if dropped:
+        return True, f"backend(s) {', '.join(dropped)} gone, unused by the plan"
+    return False, "; ".join(differences)

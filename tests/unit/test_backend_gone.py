@@ -175,3 +175,34 @@ def test_a_heuristic_plan_has_no_recorded_versions_to_check(tuned_with_plugin):
     sess = Session(small_cnn(), registry=registry, store=False)
     assert "software" not in sess.plan.provenance
     validate_plan(Plan.from_json(sess.plan.to_json()), sess.graph, registry)
+
+
+def test_usable_here_follows_the_same_rules(tuned_with_plugin, tmp_path):
+    """What `opdispatch plans list` shows in its "usable here" column."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from tuner.plan_lookup import usable_here
+
+    store, registry, put = tuned_with_plugin
+    put()
+    with PlanStore(store, readonly=True) as plans:
+        (stored,) = plans.all_plans()
+    assert usable_here(stored, registry) == (True, "")
+    ok, why = usable_here(stored, load_registry(fresh=True))
+    assert not ok and "runs on backend 'relu_plugin' (3 step(s)" in why and "not installed" in why
+
+    put(use_plugin=False)
+    with PlanStore(store, readonly=True) as plans:
+        (stored,) = plans.all_plans()
+    assert usable_here(stored, load_registry(fresh=True)) == (
+        True, "backend(s) relu_plugin gone, unused by the plan")
+
+    repo = Path(__file__).resolve().parents[2]
+    env = {k: v for k, v in __import__("os").environ.items() if k != "OPDISPATCH_PLUGIN_PATH"}
+    proc = subprocess.run([sys.executable, "-m", "dispatch.cli", "plans", "list", "--store", str(store)],
+                          env={**env, "PYTHONPATH": str(repo)}, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "yes (backend(s) relu_plugin gone" in proc.stdout  # the table cuts long cells
