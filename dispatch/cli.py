@@ -29,26 +29,23 @@ class UsageError(OpDispatchError):
     """A command-line argument could not be understood."""
 
 
-def positive_int(text: str) -> int:
-    """argparse type: an integer >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, received {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, received {text!r}")
-    return value
+def _int_at_least(minimum: int, what: str):
+    """An argparse type: an integer >= ``minimum``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = minimum - 1
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected {what}, received {text!r}")
+        return value
+
+    return parse
 
 
-def non_negative_int(text: str) -> int:
-    """argparse type: an integer >= 0."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, received {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, received {text!r}")
-    return value
+positive_int = _int_at_least(1, "a positive integer")
+non_negative_int = _int_at_least(0, "an integer >= 0")
 
 
 def positive_seconds(text: str) -> float:
@@ -223,11 +220,12 @@ def cmd_tune(args: argparse.Namespace) -> int:
     )
     from dispatch.backend import load_registry
 
-    _warn_broken_plugins(load_registry(config.plugin_path or None, order=config.backend_order))
+    registry = load_registry(config.plugin_path or None, order=config.backend_order)
+    _warn_broken_plugins(registry)
     print(f"tuning {args.model} (budget {opts.budget_s:.0f} s, objective {opts.objective}, "
           f"store {config.store_path})", flush=True)
     result = tune(args.model, options=opts, input_shapes=shapes or None, config=config,
-                  log=lambda msg: print(msg, flush=True))
+                  registry=registry, log=lambda msg: print(msg, flush=True))
     print(result.summary())
     if result.plan_id is None:
         print(f"opdispatch tune: error: the tuned plan could not be stored: {result.store_error}",

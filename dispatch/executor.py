@@ -44,6 +44,34 @@ class Call:
     node: Node | None = None
 
 
+ReferenceKernel = tuple[Node, Callable, str]
+
+
+def reference_kernels(registry: Registry, nodes: Sequence[Node],
+                      exclude: Sequence[str] = ()) -> list[ReferenceKernel]:
+    """``(node, built kernel, implementation name)`` of each node's reference implementation
+    (:meth:`Registry.reference_impl`, never one named in ``exclude``), in order. A node no
+    reference implementation supports raises LookupError naming it."""
+    out = []
+    for node in nodes:
+        impl = registry.reference_impl(node, exclude=exclude)
+        if impl is None:
+            raise LookupError(f"no reference implementation supports node {node.name!r} "
+                              f"({node.key_op}; reference backend {REFERENCE_BACKEND})")
+        out.append((node, impl.build(node), impl.name))
+    return out
+
+
+def run_reference(kernels: Sequence[ReferenceKernel], env: dict[str, np.ndarray]) -> None:
+    """Run ``kernels`` in order over ``env`` (value name -> standard-layout array; values not
+    in it are read as graph constants), adding every output to ``env``."""
+    for node, kernel, _ in kernels:
+        got = kernel(*[None if v is None else env.get(v.name, v.const) for v in node.inputs])
+        got = got if isinstance(got, tuple | list) else (got,)
+        for v, arr in zip(node.outputs, got):
+            env[v.name] = np.asarray(arr)
+
+
 @dataclass
 class MemoryPlan:
     """Liveness-derived memory figures for one run (bytes)."""
@@ -339,15 +367,7 @@ class Executor:
         if call.kind != "kernel" or step is None or node is None:
             raise KernelError(f"{call.label!r} is a conversion; only kernel calls have a reference fallback")
         parts = node.nodes if isinstance(node, FusedNode) else [node]
-        kernels, names = [], []
-        for part in parts:
-            ref = registry.reference_impl(part, exclude=[call.impl])
-            if ref is None:
-                raise KernelError(
-                    f"no reference implementation supports node {part.name!r} ({part.key_op})"
-                )
-            kernels.append(ref.build(part))
-            names.append(ref.name)
+        kernels = reference_kernels(registry, parts, exclude=[call.impl])
 
         def chain(src: str, dst: str, value) -> tuple:
             if src == dst:
@@ -369,12 +389,7 @@ class Executor:
                 for conv in convs:
                     arr = conv(arr, v.shape)
                 env[v.name] = arr
-            for part, kernel in zip(parts, kernels):
-                got = kernel(*[None if v is None else env.get(v.name, v.const)
-                               for v in part.inputs])
-                got = got if isinstance(got, tuple | list) else (got,)
-                for v, arr in zip(part.outputs, got):
-                    env[v.name] = np.asarray(arr)
+            run_reference(kernels, env)
             result = []
             for v, convs in outs:
                 arr = env[v.name]
@@ -383,7 +398,8 @@ class Executor:
                 result.append(arr)
             return tuple(result)
 
-        return Call(call.label, "kernel", fallback, call.ins, call.outs, " > ".join(names),
+        return Call(call.label, "kernel", fallback, call.ins, call.outs,
+                    " > ".join(name for _, _, name in kernels),
                     REFERENCE_BACKEND, call.expect, call.free, step, node)
 
     @staticmethod

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dispatch.executor import reference_kernels, run_reference
 from dispatch.fusion import FusedNode
 from dispatch.graph import Graph, Node, Value
 from dispatch.registry import STANDARD, Implementation, Registry
@@ -106,18 +107,8 @@ def reference_overrides(graph: Graph, registry: Registry) -> dict[str, str]:
 
 def _reference(registry: Registry, cand: Candidate, std_inputs: list[np.ndarray | None]) -> list[np.ndarray]:
     nodes = cand.node.nodes if isinstance(cand.node, FusedNode) else [cand.node]
-    env: dict[str, np.ndarray] = {}
-    for v, arr in zip(cand.node.inputs, std_inputs):
-        if v is not None:
-            env[v.name] = arr
-    for n in nodes:
-        impl = reference_impl(registry, n)
-        if impl is None:
-            raise LookupError(f"no numpy reference implementation supports node {n.name!r} ({n.key_op})")
-        out = impl.build(n)(*[None if v is None else env.get(v.name, v.const) for v in n.inputs])
-        outs = out if isinstance(out, tuple | list) else (out,)
-        for v, arr in zip(n.outputs, outs):
-            env[v.name] = np.asarray(arr)
+    env = {v.name: arr for v, arr in zip(cand.node.inputs, std_inputs) if v is not None}
+    run_reference(reference_kernels(registry, nodes), env)
     return [env[v.name] for v in cand.node.outputs]
 
 

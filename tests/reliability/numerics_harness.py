@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from onnx.reference import ReferenceEvaluator
 
+from dispatch.executor import reference_kernels, run_reference
 from dispatch.fusion import FusedNode
 from dispatch.graph import Graph, Node
 from dispatch.onnx_import import import_model
@@ -92,14 +93,7 @@ ORACLES = {"LRN": _lrn64, "LogSoftmax": _log_softmax64}
 def reference_env(reg: Registry, graph: Graph, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Every tensor of ``graph`` from the reference implementations."""
     env = dict(feeds)
-    for node in graph.nodes:
-        impl = reference_impl(reg, node)
-        if impl is None:
-            raise LookupError(f"no numpy reference implementation supports {node.name} ({node.key_op})")
-        out = impl.build(node)(*[None if v is None else env.get(v.name, v.const) for v in node.inputs])
-        outs = out if isinstance(out, tuple | list) else (out,)
-        for v, arr in zip(node.outputs, outs):
-            env[v.name] = np.asarray(arr)
+    run_reference(reference_kernels(reg, graph.nodes), env)
     return env
 
 

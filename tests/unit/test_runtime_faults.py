@@ -27,16 +27,14 @@ from tests.builders import small_cnn
 FAULTY = "Relu.numpy.faulty"
 
 
-@pytest.fixture(scope="module")
-def reg():
-    """A fresh registry copy with a Relu that raises at run time (test double)."""
+def _with_raising_relu(variant: str):
+    """A fresh registry copy with ``Relu.numpy.<variant>``, a Relu that builds fine and
+    raises when run (test double)."""
     registry = load_registry(fresh=True)
     table = ImplTable("numpy")
 
-    @table.register("Relu", "faulty")
+    @table.register("Relu", variant)
     def _faulty(node):
-        """A Relu that builds fine and raises when run (test double)."""
-
         def run(x):
             raise RuntimeError("simulated kernel fault")
 
@@ -44,6 +42,11 @@ def reg():
 
     registry.add_table(table)
     return registry
+
+
+@pytest.fixture(scope="module")
+def reg():
+    return _with_raising_relu("faulty")
 
 
 @pytest.fixture(scope="module")
@@ -224,19 +227,7 @@ def test_when_the_reference_fails_too_the_error_says_both(reg, relu):
     """The faulty Relu is the only step of its node; if numpy's own Relu is taken away the
     per-step fallback has nothing to run, and the whole-run reference plan (which would use
     the faulty Relu, the only numpy Relu left) fails too: one KernelError says all three."""
-    registry = load_registry(fresh=True)
-    table = ImplTable("numpy")
-
-    @table.register("Relu", "always_faulty")
-    def _bad(node):
-        """Raises when run (test double)."""
-
-        def run(x):
-            raise RuntimeError("simulated kernel fault")
-
-        return run
-
-    registry.add_table(table)
+    registry = _with_raising_relu("always_faulty")
     for impl in registry.impls_for("Relu", ["numpy"]):
         if impl.name != "Relu.numpy.always_faulty":
             registry._by_op["Relu"].remove(impl)
