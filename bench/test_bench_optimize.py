@@ -1,4 +1,4 @@
-"""The graph-level optimiser (tuner/optimize.py) on generated 1,000-node ResNet-like DAGs.
+"""The graph-level optimiser (tuner/optimize/) on generated 1,000-node ResNet-like DAGs.
 
 The problems are FAKE: made-up costs from a seeded generator (no measurement), shaped like a
 deep residual network: blocks of conv -> relu -> conv -> add(block input) -> relu, a projection

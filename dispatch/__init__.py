@@ -1,37 +1,47 @@
 """opdispatch: a tuning-driven operator dispatcher for ONNX models with a layout registry.
 
-Importing this package does not import optional heavy libraries (onnxruntime).
+The ``dispatch`` package is the core: graph import, registries, plans, the executor and the
+Session. Importing it is cheap and imports neither the tuner nor optional heavy libraries
+(onnxruntime): ``Session``, ``Plan``, ``Config`` and ``OpDispatchError`` are resolved on first
+use, and the only thing done at import is the OpenBLAS thread default (:mod:`dispatch.blas`),
+which must happen before numpy loads.
 """
 
 from __future__ import annotations
 
-import os as _os
-import sys as _sys
+import importlib
+from typing import TYPE_CHECKING, Any
 
-#: OpenBLAS worker threads spin for 2**28 cycles (~0.1 s) after each call before they sleep.
-#: In a plan that mixes numpy (OpenBLAS) kernels with native (OpenMP) kernels the spinning
-#: threads hold the cores the next native kernel needs, and a 1 ms kernel takes 4-8 ms (the
-#: scheduler's time slice): measured on resnet50, a mixed plan ran in 276 ms instead of 62 ms.
-#: 2**4 cycles makes them sleep at once. It only works if set before numpy loads OpenBLAS, so
-#: it is a default here (the CLI imports this first); a program that imports numpy before
-#: dispatch should set the variable itself (``dispatch.blas_threads_settled()`` tells).
-BLAS_SPIN_ENV = ("OPENBLAS_THREAD_TIMEOUT", "4")
-_BLAS_SETTLED = "numpy" not in _sys.modules or BLAS_SPIN_ENV[0] in _os.environ
-if "numpy" not in _sys.modules:
-    _os.environ.setdefault(*BLAS_SPIN_ENV)
+from dispatch.blas import BLAS_SPIN_ENV, blas_threads_settled
 
-from dispatch.config import Config  # noqa: E402  (after the BLAS default)
-from dispatch.errors import OpDispatchError  # noqa: E402
-from dispatch.plan import Plan  # noqa: E402
-from dispatch.session import Session  # noqa: E402
+if TYPE_CHECKING:
+    from dispatch.config import Config
+    from dispatch.errors import OpDispatchError
+    from dispatch.plan import Plan
+    from dispatch.session import Session
 
 __version__ = "0.1.0"
 
+#: public name -> the module that defines it (imported on first use)
+_LAZY = {
+    "Config": "dispatch.config",
+    "OpDispatchError": "dispatch.errors",
+    "Plan": "dispatch.plan",
+    "Session": "dispatch.session",
+}
 
-def blas_threads_settled() -> bool:
-    """Whether OpenBLAS worker threads sleep right after each call in this process (see
-    ``BLAS_SPIN_ENV``): False when numpy was imported before dispatch without the variable."""
-    return _BLAS_SETTLED
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'dispatch' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
 
 
 __all__ = ["BLAS_SPIN_ENV", "Config", "OpDispatchError", "Plan", "Session", "__version__", "blas_threads_settled"]

@@ -62,6 +62,18 @@ def reference_kernels(registry: Registry, nodes: Sequence[Node],
     return out
 
 
+def reference_overrides(graph: Graph, registry: Registry) -> dict[str, str]:
+    """Node name -> the name of its reference implementation, for a whole-graph reference
+    plan (``heuristic_plan(..., overrides=...)``) that priorities cannot change."""
+    out = {}
+    for node in graph.nodes:
+        impl = registry.reference_impl(node)
+        if impl is None:
+            raise LookupError(f"no numpy reference implementation supports node {node.name!r} ({node.key_op})")
+        out[node.name] = impl.name
+    return out
+
+
 def run_reference(kernels: Sequence[ReferenceKernel], env: dict[str, np.ndarray]) -> None:
     """Run ``kernels`` in order over ``env`` (value name -> standard-layout array; values not
     in it are read as graph constants), adding every output to ``env``."""

@@ -29,10 +29,11 @@ import numpy as np
 
 from dispatch.errors import RegistryError, known
 from dispatch.graph import Node, op_key
+from layouts.registry import STANDARD
 
 if TYPE_CHECKING:
     from dispatch.backend import Backend, BackendStatus
-    from dispatch.onnx_import import ShapeFn
+    from dispatch.op_schema import ShapeFn
     from layouts.registry import LayoutRegistry
 
 #: A prepared kernel: called with one array (or ``None`` for an omitted optional input) per
@@ -46,7 +47,6 @@ SupportsFn = Callable[[Node], "str | None"]
 #: Layouts per input (or output): a tuple, or a function of the node for variadic ops.
 LayoutSpec = "tuple[str, ...] | Callable[[Node], tuple[str, ...]]"
 
-STANDARD = "std"
 
 #: The backend whose implementations define every operator's semantics: the tuner checks every
 #: candidate against its implementation and validates whole plans against an all-reference
@@ -345,12 +345,12 @@ class Registry:
 
         ``schema`` is an ``onnx.defs.OpSchema`` (its domain must not be one of ONNX's own);
         ``infer`` (optional) computes its outputs' dtypes and shapes from its inputs' (see
-        :func:`dispatch.onnx_import.register_op_schema`). The schema is registered with onnx
+        :func:`dispatch.op_schema.register_op_schema`). The schema is registered with onnx
         for this process, so that models using the operator pass onnx's checker and shape
         inference; with an onnx too old to register schemas the operator still imports, its
         output shapes then come from running its reference implementation.
         """
-        from dispatch.onnx_import import register_op_schema
+        from dispatch.op_schema import register_op_schema
 
         name = getattr(schema, "name", None)
         domain = getattr(schema, "domain", None)

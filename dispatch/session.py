@@ -10,39 +10,36 @@ can tune explicitly with :meth:`Session.tune`.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields, replace
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from onnx import helper
 
 from dispatch.backend import load_registry
+from dispatch.compare import MODEL_TOLERANCE, check_outputs
 from dispatch.config import Config
 from dispatch.errors import (
     ArgumentError,
-    FeedError,
     KernelError,
     OpDispatchError,
     PlanError,
     PlanNotFoundError,
 )
-from dispatch.executor import Executor
+from dispatch.executor import Executor, reference_overrides
+from dispatch.feeds import check_feeds, check_output_names
 from dispatch.graph import Graph
+from dispatch.heuristic import check_supported_ops, heuristic_plan
 from dispatch.onnx_import import ModelLike, import_model
 from dispatch.passes import simplify
-from dispatch.plan import Plan, check_supported_ops, heuristic_plan
-from dispatch.registry import Registry
-
-if TYPE_CHECKING:
-    from tuner.fingerprint import PlanKey
-    from tuner.store import PlanStore
-    from tuner.tune import TuneOptions, TuneResult
+from dispatch.plan import Plan
+from dispatch.plan_policy import parse_objective, plan_backends
+from dispatch.plan_source import PlanSource, default_plan_source
+from dispatch.registry import REFERENCE_BACKEND, Registry
 
 #: The values ``Session(tune=...)`` accepts.
 TUNE_MODES = (None, "first-run")
@@ -50,8 +47,6 @@ TUNE_MODES = (None, "first-run")
 ON_ERROR_MODES = ("raise", "fallback")
 #: How many :class:`Fault` records a session keeps (the most recent).
 MAX_FAULTS = 1000
-#: ``TuneOptions`` fields a Session sets itself (from its objective and backends).
-_SESSION_TUNE_FIELDS = ("objective", "memory_cap_bytes", "backends", "budget_s")
 
 
 @dataclass(frozen=True)
@@ -93,34 +88,6 @@ def _type_string(dtype: np.dtype) -> str:
     return f"tensor({helper.tensor_dtype_to_string(elem).split('.')[-1].lower()})"
 
 
-def parse_objective(objective: str) -> tuple[str, int | None]:
-    """Split an objective as it appears in plan keys into ``(objective, memory_cap_bytes)``:
-    ``"latency"`` -> ``("latency", None)``, ``"latency@cap=1000000"`` -> ``("latency", 1000000)``."""
-    from tuner.tune import OBJECTIVES
-
-    if not isinstance(objective, str):
-        raise ArgumentError(f"objective must be a string, received {type(objective).__name__}")
-    name, sep, rest = objective.partition("@")
-    cap: int | None = None
-    if sep:
-        text = rest[len("cap="):] if rest.startswith("cap=") else ""
-        try:
-            cap = int(text)
-        except ValueError:
-            cap = None
-        if cap is None or cap <= 0:
-            raise ArgumentError(
-                f"objective {objective!r}: expected NAME or NAME@cap=BYTES with a positive "
-                f"integer BYTES, e.g. latency@cap=100000000"
-            )
-    if name not in OBJECTIVES:
-        raise ArgumentError(
-            f"unknown objective {objective!r}; known: {', '.join(OBJECTIVES)} "
-            f"(optionally @cap=BYTES)"
-        )
-    return name, cap
-
-
 class Session:
     """Load an ONNX model, plan it over the available backends, and run it.
 
@@ -154,6 +121,10 @@ class Session:
             reference implementations of its nodes and go on with the plan (the whole run on
             the numpy reference plan only when the step cannot be re-run), record the fault
             in :attr:`faults` and warn (``RuntimeWarning``, once per implementation).
+        source: where stored and tuned plans come from (a
+            :class:`~dispatch.plan_source.PlanSource`); default the one installed under the
+            ``opdispatch.plan_sources`` entry point (the tuner's plan store). Without one, the
+            session runs given and untuned plans and :attr:`plan_note` says why.
 
     Every plan (given, stored or tuned) is checked against the graph and the registry before
     it is built (:func:`dispatch.plan_check.validate_plan`): a given plan that fails raises
@@ -193,8 +164,9 @@ class Session:
         tune: str | None = None,
         require_plan: bool = False,
         tune_budget_s: float | None = None,
-        tune_options: TuneOptions | None = None,
+        tune_options: Any = None,
         on_error: str = "raise",
+        source: PlanSource | None = None,
     ) -> None:
         t0 = time.perf_counter()
         if on_error not in ON_ERROR_MODES:
@@ -206,8 +178,16 @@ class Session:
         self._warned_impls: set[str] = set()
         self._reference_executor: Executor | None = None
         self._fallback_lock = threading.Lock()
-        self._check_tuning_arguments(plan, overrides, store, tune, require_plan, tune_budget_s,
-                                     tune_options)
+        self._check_tuning_arguments(plan, overrides, store, tune, require_plan, tune_budget_s)
+        self.source, why_no_source = self._find_source(source, store)
+        self._no_source = why_no_source
+        if why_no_source and (tune is not None or require_plan):
+            raise ArgumentError(
+                f"{'tune=' + repr(tune) if tune is not None else 'require_plan=True'} needs a "
+                f"plan store, and {why_no_source}"
+            )
+        if tune_options is not None and self.source is not None:
+            self.source.check_tune_options(tune_options)
         parse_objective(objective)  # an unknown objective is an error now, not a silent miss
         self.config = config or Config.load()
         self.registry = registry or load_registry(self.config.plugin_path or None, order=self.config.backend_order)
@@ -253,9 +233,11 @@ class Session:
         self.objective = objective
         self.require_plan = bool(require_plan)
         self.tune_mode = tune
-        self.store_path: str | None = None if store is False else self._resolve_store_path(store)
-        self.plan_key: PlanKey | None = None
-        self.tune_result: TuneResult | None = None
+        self.store_path: str | None = (
+            None if store is False or self.source is None
+            else self.source.store_path(store, self.config))
+        self.plan_key: Any = None
+        self.tune_result: Any = None
         self.plan_source = "given"
         self.plan_note = ""
         self._miss_reasons: list[str] = []
@@ -264,7 +246,10 @@ class Session:
             self._plan = Plan.from_json(plan) if isinstance(plan, str) else plan
         else:
             stored = None
-            if not overrides and store is not False:
+            if why_no_source and store is not False:
+                self.plan_note = f"{why_no_source}: running the untuned plan"
+                self._miss_reasons = [why_no_source]
+            elif not overrides and store is not False:
                 stored = self._stored_plan(store, objective)
             if stored is None:
                 if self.require_plan:
@@ -280,8 +265,7 @@ class Session:
 
     @staticmethod
     def _check_tuning_arguments(
-        plan: Any, overrides: Any, store: Any, tune: Any, require_plan: Any,
-        tune_budget_s: Any, tune_options: Any,
+        plan: Any, overrides: Any, store: Any, tune: Any, require_plan: Any, tune_budget_s: Any,
     ) -> None:
         if tune not in TUNE_MODES:
             raise ArgumentError(
@@ -312,113 +296,49 @@ class Session:
             raise ArgumentError(
                 f"tune_budget_s must be a positive number of seconds, received {tune_budget_s!r}"
             )
-        if tune_options is not None:
-            from tuner.tune import TuneOptions
 
-            if not isinstance(tune_options, TuneOptions):
+    @staticmethod
+    def _find_source(source: PlanSource | None, store: Any) -> tuple[PlanSource | None, str]:
+        """The plan source to use and, when there is none, why (empty with ``store=False``,
+        which asks for none)."""
+        if source is not None:
+            if not isinstance(source, PlanSource):
                 raise ArgumentError(
-                    f"tune_options must be a tuner.tune.TuneOptions, received "
-                    f"{type(tune_options).__name__}"
+                    f"source must be a dispatch.plan_source.PlanSource (store_path, "
+                    f"check_tune_options, lookup, tune), received {type(source).__name__}"
                 )
+            return source, ""
+        if store is False:
+            return None, ""
+        found = default_plan_source()
+        return found.source, found.reason
 
     def _allowed_backends(self) -> list[str]:
-        available = self.registry.available_backends()
-        return [b for b in self.backend_order if b in available]
-
-    def _resolve_store_path(self, store: Any) -> str:
-        from tuner.store import PlanStore
-
-        if isinstance(store, PlanStore):
-            return str(store.path)
-        if store is None:
-            return str(Path(self.config.store_path).expanduser())
-        if isinstance(store, str | os.PathLike):
-            return str(Path(os.fspath(store)).expanduser())
-        raise ArgumentError(
-            f"store must be a path, a tuner.store.PlanStore, None or False, received "
-            f"{type(store).__name__}"
-        )
+        return plan_backends(self.registry, self.backend_order, self.backend_order)
 
     def _stored_plan(self, store: Any, objective: str) -> Plan | None:
         """The stored plan for this model, built into an executor, or None (with the reason
-        in :attr:`plan_note` and :attr:`_miss_reasons`).
-
-        The store is opened read-only. A store of an older schema is migrated first (opened
-        writable once). A damaged store is moved aside when its folder allows and replaced by
-        a fresh one (``tuner.store.PlanStore(recover=True)``); the note says where it went and
-        that the untuned plan runs."""
-        import warnings
-
-        from tuner.plan_lookup import find_plan
-        from tuner.store import (
-            PlanStore,
-            StoreCorruptError,
-            StoreError,
-            StoreOutdatedError,
-            StoreRecoveredWarning,
-        )
-        from tuner.tune import plan_key
-
-        path = self.store_path
-        if not isinstance(store, PlanStore) and not (path and os.path.exists(path)):
-            self.plan_note = f"no plan store at {path}: running the untuned plan"
-            self._miss_reasons = ["no plan store exists there"]
+        in :attr:`plan_note` and :attr:`_miss_reasons`). The source's lookup never raises;
+        a stored plan whose executor cannot be built is not used either."""
+        assert self.source is not None and self.store_path is not None
+        found = self.source.lookup(store, self.store_path, self.graph, self.registry,
+                                   self._allowed_backends(), objective)
+        self.plan_key = found.key
+        self.plan_note = found.note
+        if found.plan is None:
+            self._miss_reasons = list(found.reasons)
             return None
-        opened: PlanStore | None = None
         try:
-            if isinstance(store, PlanStore):
-                plans = store
-            else:
-                try:
-                    plans = opened = PlanStore(path, readonly=True)
-                except StoreCorruptError as exc:
-                    try:
-                        with warnings.catch_warnings():  # said in plan_note instead
-                            warnings.simplefilter("ignore", StoreRecoveredWarning)
-                            with PlanStore(path) as fresh:
-                                recovery = fresh.recovery
-                        where = (f"moved aside to {recovery.moved_to} and replaced by a fresh "
-                                 f"store" if recovery is not None and recovery.moved_to else
-                                 "already replaced by a fresh store by another process")
-                    except StoreError as err:
-                        why = err.move_error if isinstance(err, StoreCorruptError) else None
-                        where = f"it could not be moved aside ({why or err})"
-                    reason = f"the plan store is corrupt ({exc.detail}); {where}"
-                    self.plan_note = f"{reason}: running the untuned plan"
-                    self._miss_reasons = [reason]
-                    return None
-                except StoreOutdatedError as exc:
-                    try:
-                        PlanStore(path).close()  # migrates it, under the store's write lock
-                    except StoreError as err:
-                        raise StoreError(f"{exc}; migrating it failed: {err}") from None
-                    plans = opened = PlanStore(path, readonly=True)
-            key = plan_key(self.graph, self.registry, self._allowed_backends(), objective)
-            self.plan_key = key
-            lookup = find_plan(plans, key, self.registry)
-            found = lookup.stored
-            if found is None:
-                reasons = lookup.reasons or ["this model was never tuned here"]
-                self.plan_note = "no stored plan for this key: " + "; ".join(reasons)
-                self._miss_reasons = reasons
-                return None
-            plan = found.plan()
-            self._executor = Executor(self.graph, plan, self.registry)
-        except Exception as exc:  # a broken store or plan must never stop the model from running
+            self._executor = Executor(self.graph, found.plan, self.registry)
+        except Exception as exc:  # a broken plan must never stop the model from running
             reason = f"{type(exc).__name__}: {exc}"
             self.plan_note = f"stored plan not used: {reason}"
             self._miss_reasons = [reason]
             self._executor = None
             return None
-        finally:
-            if opened is not None:
-                opened.close()
-        self._plan = plan
+        self._plan = found.plan
         self.plan_source = "store"
-        self.plan_note = (f"plan {found.id} ({key.digest()[:16]}) from the store {path} "
-                          f"(tuned {found.created_at})"
-                          + (f"; {lookup.note}" if lookup.note else ""))
-        return plan
+        return found.plan
 
     def _plan_not_found(self) -> PlanNotFoundError:
         reasons = [" ".join(r.split()) for r in self._miss_reasons] or ["no plan matched"]
@@ -431,7 +351,7 @@ class Session:
         )
 
     # -- tuning --------------------------------------------------------------------------
-    def tune(self, budget_s: float | None = None, **options: Any) -> TuneResult:
+    def tune(self, budget_s: float | None = None, **options: Any) -> Any:
         """Tune this session's model on this machine, store the plan in the session's store
         and switch the session to it; returns the ``tuner.tune.TuneResult``.
 
@@ -450,67 +370,35 @@ class Session:
         self._switch_to(result, executor, self._tuned_note(result, "by Session.tune"))
         return result
 
-    def _tuned_note(self, result: TuneResult, how: str) -> str:
+    def _tuned_note(self, result: Any, how: str) -> str:
         if result.plan_id is None:
             return (f"plan {result.key.digest()[:16]} tuned {how}, running from memory: it "
                     f"could not be stored in {self.store_path} ({result.store_error})")
         return (f"plan {result.plan_id} ({result.key.digest()[:16]}) tuned {how} and stored in "
                 f"{self.store_path}")
 
-    def _tune_settings(self, budget_s: float | None, options: Mapping[str, Any]) -> TuneOptions:
-        from tuner.tune import TuneOptions
-
-        known = {f.name for f in fields(TuneOptions)} - set(_SESSION_TUNE_FIELDS)
-        fixed = sorted(set(options) & set(_SESSION_TUNE_FIELDS))
-        if fixed:
-            raise ArgumentError(
-                f"Session.tune: {', '.join(fixed)} come(s) from the session (objective "
-                f"{self.objective!r}, backends {self._allowed_backends()}) or the budget_s "
-                f"argument; create a Session with another objective or backends instead"
-            )
-        unknown = sorted(set(options) - known)
-        if unknown:
-            raise ArgumentError(
-                f"Session.tune: unknown option(s) {unknown}; known: {', '.join(sorted(known))}"
-            )
+    def _run_tuner(self, budget_s: float | None, options: Mapping[str, Any]) -> tuple[Any, Executor]:
         if budget_s is not None and (isinstance(budget_s, bool)
                                      or not isinstance(budget_s, int | float) or budget_s <= 0):
             raise ArgumentError(
                 f"Session.tune: budget_s must be a positive number of seconds, received {budget_s!r}"
             )
-        base = self._tune_options or TuneOptions(
-            budget_s=self.config.tune_budget_s, top_k=self.config.tune_top_k, progress=False)
-        budget = budget_s if budget_s is not None else self._tune_budget_s
-        objective, cap = parse_objective(self.objective)
-        return replace(base, **options, budget_s=float(budget if budget is not None else base.budget_s),
-                       objective=objective, memory_cap_bytes=cap,
-                       backends=self._allowed_backends())
-
-    def _run_tuner(
-        self, budget_s: float | None, options: Mapping[str, Any],
-    ) -> tuple[TuneResult, Executor]:
-        from tuner.store import PlanStore
-        from tuner.tune import tune
-
-        opts = self._tune_settings(budget_s, options)
         if self._store is False or self.store_path is None:
             raise ArgumentError(
                 "Session.tune: this session was created with store=False, so there is no plan "
                 "store to tune into; create it with store=PATH (or None for the configured store)"
             )
-        store = self._store
-        opened: PlanStore | None = None
-        if not isinstance(store, PlanStore) or store.readonly:
-            store = opened = PlanStore(self.store_path)
-        try:
-            result = tune(self._model, store=store, options=opts, input_shapes=self._input_shapes,
-                          registry=self.registry, config=self.config)
-        finally:
-            if opened is not None:
-                opened.close()
+        if self.source is None:
+            raise ArgumentError(f"Session.tune: {self._no_source}, so nothing can tune here")
+        result = self.source.tune(
+            self._model, store=self._store, store_path=self.store_path, graph=self.graph,
+            registry=self.registry, config=self.config, input_shapes=self._input_shapes,
+            objective=self.objective, backends=self._allowed_backends(),
+            budget_s=budget_s if budget_s is not None else self._tune_budget_s,
+            base_options=self._tune_options, options=options)
         return result, Executor(self.graph, result.plan, self.registry)
 
-    def _switch_to(self, result: TuneResult, executor: Executor, note: str) -> None:
+    def _switch_to(self, result: Any, executor: Executor, note: str) -> None:
         self._plan = result.plan
         self._executor = executor
         self.plan_source = "tuned"
@@ -525,8 +413,6 @@ class Session:
     ) -> None:
         """Tune, then switch to the tuned plan if it reproduces ``outputs`` (the untuned plan's)
         on the first run's real inputs; on failure keep the untuned plan and warn."""
-        from tuner.measure import MODEL_TOLERANCE, check_outputs
-
         problem = ""
         try:
             result, executor = self._run_tuner(None, {})
@@ -580,8 +466,8 @@ class Session:
         the real shapes (``tuner.tune.tune`` takes no feeds). If tuning fails, the session
         keeps the untuned plan, says why in :attr:`plan_note` and warns (RuntimeWarning).
         """
-        arrays = self._check_feeds(feeds)
-        names = self._check_outputs(output_names)
+        arrays = check_feeds(self.graph, feeds)
+        names = check_output_names(self.graph, output_names)
         if self._tune_on_first_run:
             with self._tune_lock:
                 if self._tune_on_first_run:
@@ -641,11 +527,10 @@ class Session:
         """The executor of the numpy reference plan, built on first use."""
         with self._fallback_lock:
             if self._reference_executor is None:
-                from tuner.measure import reference_overrides
-
                 try:
                     overrides = reference_overrides(self.graph, self.registry)
-                    plan = heuristic_plan(self.graph, self.registry, ["numpy"], overrides=overrides)
+                    plan = heuristic_plan(self.graph, self.registry, [REFERENCE_BACKEND],
+                                          overrides=overrides)
                     self._reference_executor = Executor(self.graph, plan, self.registry)
                 except (LookupError, OpDispatchError) as exc:
                     raise KernelError(
@@ -653,65 +538,6 @@ class Session:
                         f"{self.graph.name!r}, which cannot be built: {type(exc).__name__}: {exc}"
                     ) from exc
             return self._reference_executor
-
-    def _check_outputs(self, output_names: Sequence[str] | None) -> list[str] | None:
-        if output_names is None:
-            return None
-        if isinstance(output_names, str):
-            raise FeedError(f"output_names must be a list of names, received the string {output_names!r}")
-        known = [v.name for v in self.graph.outputs]
-        bad = [n for n in output_names if n not in known]
-        if bad:
-            raise FeedError(f"unknown output name(s) {bad}; the model's outputs are {known}")
-        return list(output_names)
-
-    def _check_feeds(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
-        if not isinstance(feeds, Mapping):
-            raise FeedError(f"feeds must be a dict of input name -> array, received {type(feeds).__name__}")
-        expected = {v.name: v for v in self.graph.inputs}
-        unknown = [k for k in feeds if k not in expected]
-        missing = [k for k in expected if k not in feeds]
-        if unknown or missing:
-            parts = []
-            if unknown:
-                parts.append(f"unknown input name(s) {unknown}")
-            if missing:
-                parts.append(f"missing input(s) {missing}")
-            want = ", ".join(f"{v.name}: {v.dtype} {list(v.shape or ())}" for v in self.graph.inputs)
-            raise FeedError(f"{'; '.join(parts)}; the model expects {want or 'no inputs'}")
-        out: dict[str, np.ndarray] = {}
-        for name, value in feeds.items():
-            v = expected[name]
-            if isinstance(value, np.ma.MaskedArray):
-                raise FeedError(
-                    f"input {name!r}: received a numpy masked array; its mask would be ignored: "
-                    f"pass a plain array (e.g. value.filled(0)) of dtype {v.dtype} and shape "
-                    f"{list(v.shape or ())}"
-                )
-            given = "" if isinstance(value, np.ndarray) else (
-                f" (converted from a {type(value).__name__})")
-            try:
-                # a plain ndarray: subclasses (np.matrix) change what operators mean
-                arr = value if type(value) is np.ndarray else np.asarray(value)
-            except (ValueError, TypeError, OverflowError) as exc:
-                raise FeedError(
-                    f"input {name!r}: received a {type(value).__name__} that is not an array of "
-                    f"numbers ({exc}); expected a numpy array of dtype {v.dtype} and shape "
-                    f"{list(v.shape or ())}"
-                ) from None
-            if arr.dtype != v.dtype:
-                raise FeedError(
-                    f"input {name!r}: received dtype {arr.dtype}{given}, expected {v.dtype} "
-                    f"(shape {list(v.shape or ())}); feeds are not converted silently: pass "
-                    f"np.asarray(value, dtype=np.{np.dtype(v.dtype).name})"
-                )
-            if tuple(arr.shape) != tuple(v.shape or ()):
-                raise FeedError(
-                    f"input {name!r}: received shape {list(arr.shape)}, expected {list(v.shape or ())}"
-                    f"; a session is planned for static shapes, create it with input_shapes= for others"
-                )
-            out[name] = arr
-        return out
 
     def describe(self) -> str:
         """What runs where: the plan as a text table with a one-line summary."""

@@ -9,6 +9,10 @@ import numpy as np
 
 from dispatch.errors import LayoutError, known
 
+#: The standard layout's name: row-major contiguous at any rank (``nchw`` for rank-4
+#: activations). Every other layout converts to and from it; the one definition of the name.
+STANDARD = "std"
+
 ConvertFn = Callable[[np.ndarray, tuple[int, ...]], np.ndarray]
 """``fn(array, logical_shape) -> array``: converts a tensor's physical array."""
 
@@ -87,7 +91,6 @@ class LayoutRegistry:
         from_standard: ConvertFn | None = None,
     ) -> None:
         """Register ``layout``; every non-standard layout must bring both standard converters."""
-        from layouts.standard import STANDARD
 
         if layout.name in self.layouts:
             other = self.layouts[layout.name]
@@ -110,7 +113,6 @@ class LayoutRegistry:
         self, src: str, dst: str, fn: ConvertFn, *, backend: str, name: str | None = None
     ) -> Converter:
         """Register a converter ``src -> dst`` (a direct shortcut when neither end is standard)."""
-        from layouts.standard import STANDARD
 
         for lay in (src, dst):
             if lay not in self.layouts:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from layouts.registry import Layout
+from layouts.registry import STANDARD, Layout
 
-STANDARD = "std"
+__all__ = ["STANDARD", "standard_layout"]
 
 
 def standard_layout() -> Layout:

@@ -24,7 +24,9 @@ import numpy as np
 
 from dispatch.fusion import REGION_OP, FusedNode, fuse, match_chain, region_node
 from dispatch.graph import Graph, Node
-from dispatch.plan import Rejected, candidate_reason, region_proposals
+from dispatch.heuristic import region_proposals
+from dispatch.plan import Rejected
+from dispatch.plan_assembly import candidate_reason
 from dispatch.registry import Implementation, Registry
 
 #: non-float constant inputs up to this many elements are part of a signature by value

@@ -20,29 +20,23 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dispatch.executor import reference_kernels, run_reference
+from dispatch.compare import (  # noqa: F401  (re-exported: the tuner's names for them)
+    DEFAULT_TOLERANCE,
+    MODEL_TOLERANCE,
+    TOLERANCE,
+    check_outputs,
+    tolerance,
+)
+from dispatch.executor import (  # noqa: F401
+    reference_kernels,
+    reference_overrides,
+    run_reference,
+)
 from dispatch.fusion import FusedNode
-from dispatch.graph import Graph, Node, Value
+from dispatch.graph import Node, Value
 from dispatch.registry import STANDARD, Implementation, Registry
 from layouts.registry import Converter
 from tuner.candidates import Candidate
-
-#: (rtol, atol relative to max(1, max |reference|)) per op; the default covers exact ops.
-TOLERANCE: dict[str, tuple[float, float]] = {
-    "Conv": (1e-3, 1e-4),
-    "Gemm": (1e-3, 1e-4),
-    "MatMul": (1e-3, 1e-4),
-    "BatchNormalization": (1e-4, 1e-5),
-    "LRN": (1e-4, 1e-5),
-    "AveragePool": (1e-4, 1e-5),
-    "GlobalAveragePool": (1e-4, 1e-5),
-    "Softmax": (1e-4, 1e-6),
-    "LogSoftmax": (1e-4, 1e-5),
-    "LayerNormalization": (1e-3, 1e-4),
-    "ReduceMean": (1e-4, 1e-5),
-    "ReduceSum": (1e-4, 1e-5),
-}
-DEFAULT_TOLERANCE = (1e-5, 1e-6)
 
 
 @dataclass(frozen=True)
@@ -57,12 +51,6 @@ class Measurement:
     @property
     def ok(self) -> bool:
         return self.error is None
-
-
-def tolerance(nodes: Sequence[Node]) -> tuple[float, float]:
-    """The loosest tolerance among the ops of ``nodes`` (errors add up along a chain)."""
-    tols = [TOLERANCE.get(n.key_op, DEFAULT_TOLERANCE) for n in nodes] or [DEFAULT_TOLERANCE]
-    return max(t[0] for t in tols), max(t[1] for t in tols)
 
 
 def random_input(v: Value, rng: np.random.Generator) -> np.ndarray:
@@ -93,52 +81,11 @@ def reference_impl(registry: Registry, node: Node) -> Implementation | None:
     return registry.reference_impl(node)
 
 
-def reference_overrides(graph: Graph, registry: Registry) -> dict[str, str]:
-    """Node name -> the name of its reference implementation, for a whole-graph reference
-    plan (``heuristic_plan(..., overrides=...)``) that priorities cannot change."""
-    out = {}
-    for node in graph.nodes:
-        impl = reference_impl(registry, node)
-        if impl is None:
-            raise LookupError(f"no numpy reference implementation supports node {node.name!r} ({node.key_op})")
-        out[node.name] = impl.name
-    return out
-
-
 def _reference(registry: Registry, cand: Candidate, std_inputs: list[np.ndarray | None]) -> list[np.ndarray]:
     nodes = cand.node.nodes if isinstance(cand.node, FusedNode) else [cand.node]
     env = {v.name: arr for v, arr in zip(cand.node.inputs, std_inputs) if v is not None}
     run_reference(reference_kernels(registry, nodes), env)
     return [env[v.name] for v in cand.node.outputs]
-
-
-#: whole-model tolerance of the end-to-end validation (errors accumulate over many layers)
-MODEL_TOLERANCE = (1e-3, 1e-4)
-
-
-def check_outputs(
-    outs: Sequence[np.ndarray],
-    refs: Sequence[np.ndarray],
-    nodes: Sequence[Node],
-    tol: tuple[float, float] | None = None,
-) -> str | None:
-    """``None`` when every output matches its reference within the ops' tolerance (or
-    ``tol``: rtol, and atol relative to max(1, max |reference|))."""
-    rtol, atol = tol or tolerance(nodes)
-    for k, (o, r) in enumerate(zip(outs, refs)):
-        o, r = np.asarray(o), np.asarray(r)
-        if o.shape != r.shape or o.dtype != r.dtype:
-            return f"output {k}: {o.dtype}{list(o.shape)} where the reference gives {r.dtype}{list(r.shape)}"
-        if r.dtype.kind not in "fc":
-            if not np.array_equal(o, r):
-                return f"output {k}: differs from the reference"
-            continue
-        finite = np.abs(r[np.isfinite(r)]) if r.size else np.zeros(1)
-        scale = max(1.0, float(finite.max())) if finite.size else 1.0
-        if not np.allclose(o, r, rtol=rtol, atol=atol * scale, equal_nan=True):
-            err = np.nanmax(np.abs(o.astype(np.float64) - r)) if o.size else 0.0
-            return f"output {k}: max abs error {err:.3g} exceeds rtol {rtol:g} / atol {atol * scale:.3g}"
-    return None
 
 
 def time_calls(

@@ -141,3 +141,106 @@ def usable_here(stored: StoredPlan, registry: Registry,
     if dropped:
         return True, f"backend(s) {', '.join(dropped)} gone, unused by the plan"
     return False, "; ".join(differences)
+
+
+# ------------------------------------------------------------------------------------------
+# the plan a report, explanation or profile is about (``opdispatch report/explain/profile``)
+# ------------------------------------------------------------------------------------------
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+    from typing import Any
+
+    from dispatch.graph import Graph
+    from dispatch.plan import Plan
+
+
+class ReportError(OpDispatchError):
+    """A report, diff, explanation or trace could not be made from what was given.
+
+    Defined here because :func:`locate_plan` raises it and this module must not import
+    :mod:`tuner.report` (which re-exports both); reports, diffs and traces raise it too."""
+
+
+@dataclass
+class LocatedPlan:
+    """A model's graph and the plan a report, explanation or profile is about."""
+
+    graph: Graph
+    registry: Registry
+    plan: Plan
+    key: PlanKey
+    stored: StoredPlan | None
+    backends: list[str]
+    note: str
+
+
+def locate_plan(
+    model: Any,
+    store: PlanStore | None,
+    *,
+    objective: str = "latency",
+    backends: Sequence[str] | None = None,
+    plan_id: int | None = None,
+    untuned: bool = False,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    registry: Registry | None = None,
+) -> LocatedPlan:
+    """The plan of ``model`` in ``store``: the one stored under the key a Session on this
+    machine would look up (``objective``, ``backends`` as for ``opdispatch tune``), or plan
+    ``plan_id`` (which must be a plan of this model), or with ``untuned`` the heuristic plan
+    (its measurements are looked up under this machine's key). A miss raises
+    :class:`ReportError` saying why no stored plan matched."""
+    from dispatch.backend import load_registry
+    from dispatch.config import Config
+    from dispatch.heuristic import heuristic_plan
+    from dispatch.session import parse_objective
+    from tuner.fingerprint import model_fingerprint
+    from tuner.tune import load_graph, plan_key
+
+    parse_objective(objective)
+    config = Config.load()
+    registry = registry or load_registry(config.plugin_path or None)
+    available = registry.available_backends()
+    if backends:
+        unknown = [b for b in backends if b not in available]
+        if unknown:
+            raise ReportError(f"backends {unknown} are not available here; available: {available}")
+        allowed = list(backends)
+    else:  # as the tuner orders them: the configured order first, then the rest
+        allowed = [b for b in config.backend_order if b in available]
+        allowed += [b for b in available if b not in allowed]
+    if plan_id is not None and untuned:
+        raise ReportError("give a plan id or --untuned, not both")
+    graph = load_graph(model, registry, allowed, input_shapes)
+    key = plan_key(graph, registry, allowed, objective)
+    if untuned:
+        plan = heuristic_plan(graph, registry, allowed)
+        return LocatedPlan(graph, registry, plan, key, None, allowed,
+                           f"the untuned (heuristic) plan over {allowed}")
+    if store is None:
+        raise ReportError("a plan store is needed to find the tuned plan (or use --untuned)")
+    if plan_id is not None:
+        stored = store.plan_by_id(plan_id)
+        fp = model_fingerprint(graph)
+        if stored.key.model != fp:
+            raise ReportError(
+                f"plan {plan_id} in {store.path} is for another model (model fingerprint "
+                f"{stored.key.model[:12]}, this model's is {fp[:12]}); "
+                f"`opdispatch plans list --model MODEL` lists this model's plans")
+        note = f"plan {plan_id} from {store.path}"
+        reasons = stored.key.explain_difference(key)
+        if reasons:
+            note += f" (not usable here as is: {'; '.join(reasons)})"
+        return LocatedPlan(graph, registry, stored.plan(), stored.key, stored,
+                           list((stored.key.software.get("backends") or {}).keys()), note)
+    stored = store.get_plan(key)
+    if stored is None:
+        reasons = store.why_not(key) or ["this model was never tuned with this store"]
+        raise ReportError(
+            f"no plan in {store.path} for this model, machine, software, backends {allowed} and "
+            f"objective {objective}: {'; '.join(' '.join(r.split()) for r in reasons)}; tune it "
+            f"with `opdispatch tune MODEL --store {store.path}`, or pick a stored plan with --plan "
+            f"ID (see `opdispatch plans list`), or report the untuned plan with --untuned")
+    return LocatedPlan(graph, registry, stored.plan(), stored.key, stored, allowed,
+                       f"plan {stored.id} from {store.path}")

@@ -3,57 +3,51 @@ end-to-end validation of the best plans -> plan store.
 
 1. Candidates (:mod:`tuner.candidates`): every supporting (implementation, layouts) of every
    allowed backend for every node, and every fused pattern match.
-2. Measurements (:mod:`tuner.measure`): one per distinct signature, reused from the store's
-   measurements table when this machine and software measured it before (across models and
-   runs); each new one is checked against the numpy reference and committed at once, so an
-   interrupted run keeps it. The candidates of the untuned plan are measured first, so a
-   complete plan exists whatever the budget. Converter chains are measured per (shape, dtype,
-   source layout, target layout).
+2. Measurements (:mod:`tuner.tune_measure`, timed by :mod:`tuner.measure`): one per distinct
+   signature, reused from the store's measurements table when this machine and software
+   measured it before (across models and runs); each new one is checked against the numpy
+   reference and committed at once, so an interrupted run keeps it. The candidates of the
+   untuned plan are measured first, so a complete plan exists whatever the budget. Converter
+   chains are measured per (shape, dtype, source layout, target layout).
 3. Optimisation (:mod:`tuner.optimize`): node costs plus converter costs, each conversion paid
    once per (tensor, target layout); exact DP or MILP, greedy fallback.
-4. Validation: the optimum and up to ``top_k - 1`` alternatives (each re-optimised without the
-   optimum's least certain decision) plus the untuned plan run end to end; outputs must match
-   the all-numpy plan; the objective picks the winner among the valid ones.
+4. Validation (:mod:`tuner.validate`): the optimum and up to ``top_k - 1`` alternatives (each
+   re-optimised without the optimum's least certain decision) plus the untuned plan run end to
+   end; outputs must match the all-numpy plan; the objective picks the winner among the valid
+   ones.
 5. Store (:mod:`tuner.store`): the winner under its plan key, with the provenance needed by
    reports (measurements, rejections, alternatives).
 
 Objectives: ``latency`` (default); ``memory`` (node cost = bytes of the tensors a candidate
 produces in its layouts, the validated plan with the lowest executor peak wins); ``latency``
 with ``memory_cap_bytes`` (the fastest validated plan whose peak fits).
+
+This module runs the stages in order (:func:`tune`) and holds the optimisation-stage glue
+(the :class:`~tuner.optimize.Problem` built from measurements, plans built from solutions);
+the options and result types live in :mod:`tuner.tune_types` and are re-exported here.
 """
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import os
-import sys
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
-
-import numpy as np
 
 from dispatch.backend import load_registry
 from dispatch.config import Config
 from dispatch.errors import OpDispatchError
 from dispatch.executor import Executor
 from dispatch.graph import Graph
+from dispatch.heuristic import check_supported_ops, heuristic_plan
 from dispatch.onnx_import import ModelLike, import_model
 from dispatch.passes import simplify
-from dispatch.plan import (
-    Plan,
-    PlanStep,
-    Rejected,
-    check_supported_ops,
-    heuristic_plan,
-    order_steps,
-    plan_conversions,
-)
-from dispatch.registry import STANDARD, Registry
-from tuner.candidates import Candidate, CandidateSet, enumerate_candidates
+from dispatch.plan import Plan, PlanStep, Rejected
+from dispatch.plan_assembly import order_steps, plan_conversions
+from dispatch.plan_policy import OBJECTIVES, objective_string, plan_backends, unavailable_backends
+from dispatch.registry import REFERENCE_BACKEND, STANDARD, Registry
+from tuner.candidates import Candidate, enumerate_candidates
 from tuner.fingerprint import (
     PlanKey,
     hardware_digest,
@@ -63,94 +57,12 @@ from tuner.fingerprint import (
     software_digest,
     software_fingerprint,
 )
-from tuner.measure import (
-    MODEL_TOLERANCE,
-    Measurement,
-    check_outputs,
-    measure_candidate,
-    measure_conversion,
-    reference_overrides,
-)
+from tuner.measure import Measurement, reference_overrides
 from tuner.optimize import Choice, Problem, Solution, optimize
 from tuner.store import PlanStore, StoreWriteError
-
-OBJECTIVES = ("latency", "memory")
-
-
-class TuningError(OpDispatchError):
-    """The tuner could not produce a valid plan."""
-
-
-@dataclass
-class TuneOptions:
-    """How to tune. ``budget_s`` bounds the whole run (measurement stops when it is spent;
-    optimisation and validation of what was measured still run)."""
-
-    budget_s: float = 120.0
-    objective: str = "latency"
-    memory_cap_bytes: int | None = None
-    top_k: int = 3
-    backends: Sequence[str] | None = None
-    validate_runs: int = 10
-    per_candidate_cap_s: float = 0.5
-    ci_target: float = 0.05
-    seed: int = 0
-    progress: bool = True
-    optimize_time_limit_s: float = 10.0
-
-
-@dataclass
-class PlanCandidate:
-    """One whole plan validated end to end."""
-
-    label: str
-    plan: Plan
-    predicted_s: float | None  # None: not from the optimiser (the untuned plan)
-    latency_ms: float | None = None
-    spread_ms: float | None = None
-    peak_bytes: int | None = None
-    error: str | None = None
-
-
-@dataclass
-class TuneResult:
-    """What a tuning run produced."""
-
-    plan: Plan
-    key: PlanKey
-    #: the stored plan's id; ``None`` when the store could not be written (:attr:`store_error`)
-    plan_id: int | None
-    latency_ms: float
-    peak_bytes: int
-    validated: list[PlanCandidate]
-    stats: dict[str, Any] = field(default_factory=dict)
-    #: why the plan (or some measurements) could not be written to the store, else ``None``
-    store_error: str | None = None
-
-    def summary(self) -> str:
-        """A few lines for the terminal."""
-        s = self.stats
-        stored = (f"stored (id {self.plan_id})" if self.plan_id is not None
-                  else f"NOT stored ({self.store_error})")
-        lines = [
-            f"plan {self.key.digest()[:16]} {stored}; objective {self.key.objective}",
-            f"measured {s['measured']} new candidate signature(s), reused {s['reused']}, "
-            f"rejected {s['wrong']} wrong/failing, skipped {s['skipped_budget']} over budget; "
-            f"{s['conversions_measured']} converter cost(s) measured, {s.get('conversions_estimated', 0)} estimated",
-            f"stages: measure {s.get('measure_s', 0):.1f} s, converters {s.get('conversions_s', 0):.1f} s, "
-            f"validate {s.get('validate_s', 0):.1f} s",
-            f"optimiser: {s['optimizer_method']} ({'optimal' if s['optimizer_optimal'] else 'not proven optimal'}) "
-            f"in {s['optimizer_s']:.2f} s",
-            "validated plans (end to end, median of runs):",
-        ]
-        for pc in self.validated:
-            what = pc.error or f"{pc.latency_ms:.2f} ms (spread {pc.spread_ms:.2f}), peak {pc.peak_bytes / 1e6:.1f} MB"
-            mark = "*" if pc.plan is self.plan else " "
-            predicted = "       -   " if pc.predicted_s is None else f"{pc.predicted_s * 1e3:8.2f} ms"
-            lines.append(f" {mark} {pc.label:<28} predicted {predicted}   {what}")
-        used = ", ".join(f"{b}: {n}" for b, n in self.plan.backends_used().items())
-        lines.append(f"winner runs {used}; {len(self.plan.conversions)} conversion(s); tuning took {s['tuning_s']:.1f} s")
-        return "\n".join(lines)
+from tuner.tune_measure import _conversion_costs, _measure_all
+from tuner.tune_types import PlanCandidate, TuneOptions, TuneResult, TuningError
+from tuner.validate import _random_feeds, _validate, _winner
 
 
 class _GuardedStore:
@@ -201,131 +113,6 @@ class _GuardedStore:
         except StoreWriteError as exc:
             self._failed(exc)
             return None
-
-
-# ------------------------------------------------------------------------------------------
-# measurement stage
-# ------------------------------------------------------------------------------------------
-
-
-def _progress(total: int, desc: str, enabled: bool):
-    if not enabled:
-        return contextlib.nullcontext(None)
-    from tqdm import tqdm
-
-    return tqdm(total=total, desc=desc, unit="cand", file=sys.stderr, leave=False,
-                disable=not sys.stderr.isatty() and not os.environ.get("OPDISPATCH_PROGRESS"))
-
-
-@dataclass
-class _Measurements:
-    by_signature: dict[str, Measurement] = field(default_factory=dict)
-    measured: int = 0
-    reused: int = 0
-    skipped: list[str] = field(default_factory=list)
-
-
-def _measure_all(
-    registry: Registry,
-    cands: CandidateSet,
-    first: set[str],
-    store: PlanStore,
-    hw: str,
-    sw: str,
-    opts: TuneOptions,
-    deadline: float,
-) -> _Measurements:
-    out = _Measurements()
-    groups = cands.signatures()
-    order = sorted(groups, key=lambda sig: (
-        0 if any(c.id in first for c in groups[sig]) else 1,
-        -max(c.impl.priority for c in groups[sig]),
-    ))
-    with _progress(len(order), "measuring", opts.progress) as bar:
-        for sig in order:
-            cand = groups[sig][0]
-            if bar is not None:
-                bar.set_postfix_str(cand.impl.name[:40])
-            hit = store.get_measurement(sig, cand.impl.name, hw, sw)
-            if hit is not None:
-                out.by_signature[sig] = Measurement(hit.median_s, hit.spread_s, hit.samples, hit.error)
-                out.reused += 1
-            elif time.monotonic() > deadline and not any(c.id in first for c in groups[sig]):
-                out.skipped.append(sig)
-            else:
-                m = measure_candidate(
-                    registry, cand, seed=opts.seed, time_cap_s=opts.per_candidate_cap_s,
-                    ci_target=opts.ci_target,
-                )
-                store.put_measurement(sig, cand.impl.name, hw, sw, median_s=m.median_s,
-                                      spread_s=m.spread_s, samples=m.samples, error=m.error)
-                out.by_signature[sig] = m
-                out.measured += 1
-            if bar is not None:
-                bar.update(1)
-    return out
-
-
-def _conversion_costs(
-    registry: Registry,
-    graph: Graph,
-    cands: Sequence[Candidate],
-    store: PlanStore,
-    hw: str,
-    sw: str,
-    opts: TuneOptions,
-    deadline: float,
-    estimated: list[str],
-) -> tuple[dict[tuple[str, str, str], float | None], int]:
-    """Measured cost of every conversion a plan could need: for each tensor, from each layout
-    a candidate can produce it in, to each layout a candidate wants it in. Past ``deadline``
-    the conversions not yet measured are estimated from the bandwidth of those measured
-    (their signatures are appended to ``estimated``; estimates are never stored)."""
-    produced: dict[str, set[str]] = {v.name: {STANDARD} for v in graph.inputs}
-    wanted: dict[str, set[str]] = {v.name: {STANDARD} for v in graph.outputs}
-    for c in cands:
-        for v, lay in zip(c.node.inputs, c.layouts_in):
-            if v is not None and not v.is_const:
-                wanted.setdefault(v.name, set()).add(lay)
-        for v, lay in zip(c.node.outputs, c.layouts_out):
-            produced.setdefault(v.name, set()).add(lay)
-    costs: dict[tuple[str, str, str], float | None] = {}
-    by_shape: dict[tuple, float | None] = {}
-    measured = 0
-    per_byte: list[float] = []  # seconds per byte of the conversions measured or reused
-    for name, srcs in produced.items():
-        v = graph.value(name)
-        for src in srcs:
-            for dst in wanted.get(name, ()):
-                if src == dst:
-                    continue
-                key = (tuple(v.shape), np.dtype(v.dtype).str, src, dst)
-                if key not in by_shape:
-                    try:
-                        chain = registry.layouts.path(src, dst, v.shape, v.dtype)
-                    except OpDispatchError:
-                        by_shape[key] = None
-                    else:
-                        sig = f"convert:{src}->{dst}:{'x'.join(map(str, v.shape))}:{key[1]}"
-                        label = " > ".join(c.name for c in chain)
-                        hit = store.get_measurement(sig, label, hw, sw)
-                        if hit is None and time.monotonic() > deadline and per_byte:
-                            # budget spent: estimate from this run's bandwidth (not stored)
-                            by_shape[key] = float(np.median(per_byte)) * v.nbytes * max(1, len(chain))
-                            estimated.append(sig)
-                        elif hit is None:
-                            m = measure_conversion(registry, chain, v.shape, v.dtype, seed=opts.seed,
-                                                   time_cap_s=opts.per_candidate_cap_s, ci_target=opts.ci_target)
-                            store.put_measurement(sig, label, hw, sw, median_s=m.median_s,
-                                                  spread_s=m.spread_s, samples=m.samples, error=m.error)
-                            measured += 1
-                            by_shape[key] = m.median_s if m.ok else None
-                        else:
-                            by_shape[key] = hit.median_s if hit.error is None else None
-                        if by_shape[key] is not None and v.nbytes and sig not in estimated:
-                            per_byte.append(by_shape[key] / (v.nbytes * max(1, len(chain))))
-                costs[(name, src, dst)] = by_shape[key]
-    return costs, measured
 
 
 # ------------------------------------------------------------------------------------------
@@ -459,106 +246,6 @@ def _alternative_problems(problem: Problem, best: Solution, k: int) -> list[Prob
 
 
 # ------------------------------------------------------------------------------------------
-# validation stage
-# ------------------------------------------------------------------------------------------
-
-
-def _random_feeds(graph: Graph, seed: int) -> dict[str, np.ndarray]:
-    from tuner.measure import random_input
-
-    rng = np.random.default_rng(seed)
-    return {v.name: random_input(v, rng) for v in graph.inputs}
-
-
-def _validate(
-    graph: Graph,
-    registry: Registry,
-    plans: Sequence[PlanCandidate],
-    feeds: Mapping[str, np.ndarray],
-    reference: Sequence[np.ndarray],
-    runs: int,
-    time_cap_s: float,
-) -> None:
-    """Run every plan end to end: its outputs must match the reference plan's; then time the
-    valid ones interleaved, one untimed and one timed run of each per round, so that machine
-    noise (another process, a frequency change) hits them alike instead of favouring whichever
-    ran in a quiet moment, while the untimed run keeps one plan's leftovers out of the next
-    plan's time.
-    At least ``runs`` rounds (fewer only past ``time_cap_s``), then rounds until the 95%
-    confidence intervals of the medians stop overlapping or the cap is spent."""
-    ready: list[tuple[PlanCandidate, Executor]] = []
-    for pc in plans:
-        try:
-            ex = Executor(graph, pc.plan, registry)
-            outs = ex.run(feeds)
-            ex.run(feeds)  # warm-up
-        except Exception as exc:
-            pc.error = f"failed: {type(exc).__name__}: {exc}"
-            continue
-        wrong = check_outputs(outs, reference, [], tol=MODEL_TOLERANCE)
-        if wrong:
-            pc.error = f"wrong result: {wrong}"
-            continue
-        pc.peak_bytes = int(ex.memory.peak_bytes)
-        ready.append((pc, ex))
-    if not ready:
-        return
-    times: list[list[float]] = [[] for _ in ready]
-    start = time.monotonic()
-    rounds = 0
-    while True:
-        for k, (_, ex) in enumerate(ready):
-            ex.run(feeds)  # untimed: absorbs what the previous plan left behind (caches, other
-            # libraries' spinning threads), as a production process runs one plan back to back
-            t0 = time.perf_counter()
-            ex.run(feeds)
-            times[k].append(time.perf_counter() - t0)
-        rounds += 1
-        spent = time.monotonic() - start
-        if rounds >= 3 * max(1, runs) or (spent > time_cap_s and rounds >= 3):
-            break
-        if rounds >= max(1, runs) and (spent > time_cap_s or _separated(times)):
-            break
-    for (pc, _), t in zip(ready, times):
-        q1, med, q3 = np.percentile(t, [25, 50, 75])
-        pc.latency_ms, pc.spread_ms = float(med * 1e3), float((q3 - q1) * 1e3)
-    ready.clear()
-    gc.collect()  # free the executors now: their libraries' thread pools must not outlive them
-
-
-def _separated(times: Sequence[Sequence[float]]) -> bool:
-    """Whether the fastest plan's median is clear of every other's (95% notches, McGill et
-    al.: median +- 1.57 IQR / sqrt(n)) -- more rounds would not change the winner."""
-    if len(times) < 2:
-        return True
-    notches = []
-    for t in times:
-        q1, med, q3 = np.percentile(t, [25, 50, 75])
-        half = 1.57 * (q3 - q1) / np.sqrt(len(t))
-        notches.append((med - half, med, med + half))
-    best = min(range(len(notches)), key=lambda k: notches[k][1])
-    return all(notches[best][2] < n[0] for k, n in enumerate(notches) if k != best)
-
-
-def _winner(validated: Sequence[PlanCandidate], opts: TuneOptions) -> PlanCandidate:
-    ok = [pc for pc in validated if pc.error is None]
-    if opts.memory_cap_bytes is not None:
-        fits = [pc for pc in ok if pc.peak_bytes is not None and pc.peak_bytes <= opts.memory_cap_bytes]
-        if not fits:
-            peaks = ", ".join(f"{pc.label}: {pc.peak_bytes:,}" for pc in ok)
-            raise TuningError(
-                f"no validated plan fits the memory cap of {opts.memory_cap_bytes:,} bytes; peaks: {peaks}"
-            )
-        ok = fits
-    if not ok:
-        errors = "; ".join(f"{pc.label}: {pc.error}" for pc in validated)
-        raise TuningError(f"no plan passed validation: {errors}")
-    if opts.objective == "memory":
-        return min(ok, key=lambda pc: (pc.peak_bytes, pc.latency_ms))
-    return min(ok, key=lambda pc: pc.latency_ms)
-
-
-# ------------------------------------------------------------------------------------------
 # the tuner
 # ------------------------------------------------------------------------------------------
 
@@ -567,9 +254,7 @@ def objective_key(opts: TuneOptions) -> str:
     """The objective as it appears in plan keys, e.g. ``latency`` or ``latency@cap=1000000``."""
     if opts.objective not in OBJECTIVES:
         raise TuningError(f"unknown objective {opts.objective!r}; known: {', '.join(OBJECTIVES)}")
-    if opts.memory_cap_bytes is not None:
-        return f"{opts.objective}@cap={int(opts.memory_cap_bytes)}"
-    return opts.objective
+    return objective_string(opts.objective, opts.memory_cap_bytes)
 
 
 def plan_key(graph: Graph, registry: Registry, backends: Sequence[str], objective: str) -> PlanKey:
@@ -609,18 +294,12 @@ def tune(
     objective = objective_key(opts)
     registry = registry or load_registry(config.plugin_path or None, order=config.backend_order)
     say = log or (lambda _msg: None)
-    available = registry.available_backends()
-    if opts.backends:
-        backends = [b for b in opts.backends if b in available]
-    else:  # the configured order first (it orders the untuned baseline plan), then the rest
-        backends = [b for b in config.backend_order if b in available]
-        backends += [b for b in available if b not in backends]
-    if opts.backends:
-        missing = [b for b in opts.backends if b not in registry.available_backends()]
-        if missing:
-            raise TuningError(
-                f"backends {missing} are not available; available: {registry.available_backends()}"
-            )
+    backends = plan_backends(registry, config.backend_order, opts.backends)
+    missing = unavailable_backends(registry, opts.backends or [])
+    if missing:
+        raise TuningError(
+            f"backends {missing} are not available; available: {registry.available_backends()}"
+        )
     for status in registry.backends.values():
         configure = getattr(status.backend, "configure", None)
         if status.available and configure is not None:
@@ -647,7 +326,19 @@ def tune(
     return result
 
 
-def _tune(graph, registry, backends, store, key, hw, sw, opts, deadline, run_id, say) -> TuneResult:
+def _tune(
+    graph: Graph,
+    registry: Registry,
+    backends: Sequence[str],
+    store: _GuardedStore,
+    key: PlanKey,
+    hw: str,
+    sw: str,
+    opts: TuneOptions,
+    deadline: float,
+    run_id: int | None,
+    say: Callable[[str], None],
+) -> TuneResult:
     untuned = heuristic_plan(graph, registry, backends)
     # the untuned plan and each backend's own untuned plan (the backend first, numpy for what
     # it cannot run) compete in validation; their candidates are measured first, whatever the
@@ -655,7 +346,7 @@ def _tune(graph, registry, backends, store, key, hw, sw, opts, deadline, run_id,
     baselines = [("untuned (heuristic)", untuned)]
     for b in backends:
         try:
-            plan = heuristic_plan(graph, registry, [b] if b == "numpy" else [b, "numpy"])
+            plan = heuristic_plan(graph, registry, [b] if b == REFERENCE_BACKEND else [b, REFERENCE_BACKEND])
         except OpDispatchError:
             continue
         baselines.append(("numpy only" if b == "numpy" else f"{b} first", plan))
@@ -726,7 +417,7 @@ def _tune(graph, registry, backends, store, key, hw, sw, opts, deadline, run_id,
                         provenance=tuned_provenance)
         plans.append(PlanCandidate(label, plan, None))
 
-    reference_plan = heuristic_plan(graph, registry, ["numpy"], overrides=reference_overrides(graph, registry))
+    reference_plan = heuristic_plan(graph, registry, [REFERENCE_BACKEND], overrides=reference_overrides(graph, registry))
     feeds = _random_feeds(graph, opts.seed)
     reference = Executor(graph, reference_plan, registry).run(feeds)
     t_stage = time.monotonic()

@@ -14,7 +14,7 @@ from tests.builders import small_cnn
 
 def cli(*args: str, cwd=None) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "dispatch.cli", *args], capture_output=True, text=True, timeout=300, cwd=cwd
+        [sys.executable, "-m", "tuner.cli", *args], capture_output=True, text=True, timeout=300, cwd=cwd
     )
 
 
@@ -81,7 +81,7 @@ def test_config_shows_sources(tmp_path):
     import os
 
     env = dict(os.environ, OPDISPATCH_THREADS="1", OPDISPATCH_CONFIG=str(tmp_path / "none.toml"))
-    res = subprocess.run([sys.executable, "-m", "dispatch.cli", "config"], capture_output=True, text=True, env=env)
+    res = subprocess.run([sys.executable, "-m", "tuner.cli", "config"], capture_output=True, text=True, env=env)
     assert res.returncode == 0, res.stderr
     assert "environment OPDISPATCH_THREADS" in res.stdout
 

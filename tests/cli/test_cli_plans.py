@@ -23,7 +23,7 @@ from tuner.tune import TuneOptions, tune
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "dispatch.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "tuner.cli", *args], capture_output=True,
                           text=True, timeout=300)
 
 

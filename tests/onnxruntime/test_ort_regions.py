@@ -13,7 +13,7 @@ import pytest
 from dispatch import Session
 from dispatch.backend import load_registry
 from dispatch.fusion import REGION_OP, region_node
-from dispatch.plan import heuristic_plan
+from dispatch.heuristic import heuristic_plan
 from dispatch.zoo import light_model
 from tests.builders import ModelBuilder, small_cnn
 from tuner.candidates import enumerate_candidates

@@ -13,7 +13,7 @@ import itertools
 import pytest
 
 from dispatch.backend import Backend, _activate, load_registry
-from dispatch.cli import main
+from tuner.cli import main
 from tests.plugins.plugin_support import write_module
 
 DOUBLE = """

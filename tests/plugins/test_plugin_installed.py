@@ -65,9 +65,9 @@ def _pip_install(source: Path, target: Path) -> None:
 
 
 def _opdispatch_command() -> list[str]:
-    """The ``opdispatch`` console script of this environment, else ``python -m dispatch.cli``."""
+    """The ``opdispatch`` console script of this environment, else ``python -m tuner.cli``."""
     script = Path(sys.executable).parent / ("opdispatch.exe" if os.name == "nt" else "opdispatch")
-    return [str(script)] if script.is_file() else [sys.executable, "-m", "dispatch.cli"]
+    return [str(script)] if script.is_file() else [sys.executable, "-m", "tuner.cli"]
 
 
 RUN_MODEL = textwrap.dedent("""

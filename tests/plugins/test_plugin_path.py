@@ -7,7 +7,7 @@ import os
 import numpy as np
 
 from dispatch.backend import load_registry
-from dispatch.cli import main
+from tuner.cli import main
 from dispatch.config import Config
 from dispatch.session import Session
 from tests.plugins.plugin_support import copy_plugin, fast_gelu_formula, fast_gelu_model

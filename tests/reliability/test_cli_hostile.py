@@ -1,7 +1,7 @@
 """The command line under bad input: every user error exits non-zero with one clear message
 on stderr and no traceback.
 
-Each case is a real ``opdispatch`` process (``python -m dispatch.cli``): missing, garbage,
+Each case is a real ``opdispatch`` process (``python -m tuner.cli``): missing, garbage,
 truncated and folder-shaped models; bad input arrays and shapes; corrupt, foreign and
 unwritable stores; bad budgets, objectives, ids, bundles, output paths and node names; a
 broken plugin folder and unknown backends in the environment.
@@ -53,7 +53,7 @@ def files(tmp_path_factory):
 def _cli(args, cwd, env_extra=None, timeout=240):
     env = {**os.environ, "PYTHONPATH": str(REPO), **(env_extra or {})}
     env["OPDISPATCH_STORE"] = str(Path(cwd) / "default-store.sqlite")
-    return subprocess.run([sys.executable, "-m", "dispatch.cli", *args], cwd=cwd, env=env,
+    return subprocess.run([sys.executable, "-m", "tuner.cli", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -141,7 +141,7 @@ def test_what_can_still_run_runs_and_says_what_it_skipped(files, args, env, need
 def test_an_internal_error_is_one_line_unless_debugging(monkeypatch, capsys):
     """A bug (here a command that raises a TypeError: no user error) prints one line and
     exits 70; OPDISPATCH_DEBUG=1 re-raises it for the traceback."""
-    from dispatch import cli
+    import tuner.cli.commands as cli
 
     def broken(args):
         raise TypeError("simulated bug")

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from dispatch.backend import load_registry
-from dispatch.cli import main
+from tuner.cli import main
 from dispatch.session import Session
 from tests.builders import ModelBuilder
 from tests.plugins.plugin_support import (

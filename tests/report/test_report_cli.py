@@ -17,7 +17,7 @@ from tuner.report import explain_node, fmt_ms
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "dispatch.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "tuner.cli", *args], capture_output=True,
                           text=True, timeout=300)
 
 
@@ -159,8 +159,8 @@ def test_profile_writes_a_chrome_trace(which, request, tmp_path):
 
 
 def test_building_the_parser_imports_no_pandas_or_matplotlib():
-    code = ("import sys, dispatch.cli\n"
-            "dispatch.cli.build_parser()\n"
+    code = ("import sys, tuner.cli\n"
+            "tuner.cli.build_parser()\n"
             "heavy = [m for m in ('pandas', 'matplotlib', 'tuner.report') if m in sys.modules]\n"
             "assert not heavy, heavy\n")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

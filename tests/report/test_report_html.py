@@ -82,7 +82,7 @@ def test_console_check_sees_errors(tmp_path):
 @needs_chromium
 def test_html_opens_in_chromium_without_console_errors(tuned, tmp_path):
     page = tmp_path / f"{tuned.name}.html"
-    res = subprocess.run([sys.executable, "-m", "dispatch.cli", "report", str(tuned.model),
+    res = subprocess.run([sys.executable, "-m", "tuner.cli", "report", str(tuned.model),
                           "--store", str(tuned.store), "--format", "html", "-o", str(page)],
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr
@@ -142,7 +142,7 @@ def test_converters_are_marked_in_the_drawing(resnet50):
     if not any(not c.at_build for c in rep.plan.conversions):
         # the tuned plan may need no conversion (e.g. one onnxruntime region); the native-first
         # untuned plan converts between nchw8c/nchw16c/nhwc and the standard layout
-        from dispatch.plan import heuristic_plan
+        from dispatch.heuristic import heuristic_plan
 
         plan = heuristic_plan(resnet50.graph, resnet50.registry, ["native", "numpy"])
         rep = build_report(plan, resnet50.graph, store=resnet50.store, registry=resnet50.registry)

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from dispatch.fusion import REGION_OP
-from dispatch.plan import heuristic_plan
+from dispatch.heuristic import heuristic_plan
 from tuner.candidates import enumerate_candidates
 from tuner.fingerprint import hardware_digest, software_digest
 from tuner.report import COLUMNS, build_report, fmt_ms, report
@@ -46,8 +46,8 @@ def test_one_row_per_node_and_per_converter(tuned):
         node = tuned.graph.node(r.name)
         assert r.op == node.op_type
         assert "x".join(map(str, node.outputs[0].shape)) in r.shapes
-    # Plan.report() is the same table
-    via_plan = tuned.result.plan.report(tuned.graph, store=tuned.store, registry=tuned.registry)
+    # tuner.report.report(plan, ...) is the same table
+    via_plan = report(tuned.result.plan, tuned.graph, store=tuned.store, registry=tuned.registry)
     pd.testing.assert_frame_equal(via_plan, table)
 
 

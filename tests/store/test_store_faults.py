@@ -341,7 +341,7 @@ def test_require_plan_on_a_damaged_store_says_where_it_went(tmp_path, tuned):
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "dispatch.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "tuner.cli", *args], capture_output=True,
                           text=True, timeout=300, cwd=REPO)
 
 

@@ -88,7 +88,7 @@ def test_the_command_line_says_the_plan_was_not_stored(tmp_path):
     onnx.save(small_cnn(), tmp_path / "model.onnx")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.run(
-        [sys.executable, "-m", "dispatch.cli", "tune", "model.onnx", "--store", "plans.sqlite",
+        [sys.executable, "-m", "tuner.cli", "tune", "model.onnx", "--store", "plans.sqlite",
          "--budget", "20", "--no-progress"], cwd=tmp_path, env=env, capture_output=True,
         text=True, timeout=300, preexec_fn=_limited(LIMIT))
     assert proc.returncode == 2, proc.stderr

@@ -201,7 +201,7 @@ def test_usable_here_follows_the_same_rules(tuned_with_plugin, tmp_path):
 
     repo = Path(__file__).resolve().parents[2]
     env = {k: v for k, v in __import__("os").environ.items() if k != "OPDISPATCH_PLUGIN_PATH"}
-    proc = subprocess.run([sys.executable, "-m", "dispatch.cli", "plans", "list", "--store", str(store)],
+    proc = subprocess.run([sys.executable, "-m", "tuner.cli", "plans", "list", "--store", str(store)],
                           env={**env, "PYTHONPATH": str(repo)}, capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 0, proc.stderr

@@ -16,8 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dispatch.cli import non_negative_int, positive_int
 from dispatch.errors import OpDispatchError
+from tuner.cli.args import non_negative_int, parse_shape, positive_int, store_path
 
 if TYPE_CHECKING:
     from tuner.report import LocatedPlan
@@ -33,25 +33,18 @@ class ReportUsageError(OpDispatchError):
     """A ``report``/``explain``/``profile`` argument could not be understood."""
 
 
-def _store_path(arg: str | None) -> str:
-    from dispatch.config import Config
-
-    return str(Path(Config.load({"store_path": arg}).store_path).expanduser())
-
-
 @contextlib.contextmanager
 def _located(args: argparse.Namespace) -> Iterator[tuple[LocatedPlan, PlanStore | None]]:
     """The plan the arguments name, with the store it came from (open while in use)."""
-    from dispatch.cli import _parse_shape
     from tuner.report import locate_plan
     from tuner.store import PlanStore
 
     model = Path(args.model)
     if not model.is_file():
         raise ReportUsageError(f"model {args.model!r} does not exist (expected an .onnx file)")
-    shapes = dict(_parse_shape(s) for s in args.shape or [])
+    shapes = dict(parse_shape(s) for s in args.shape or [])
     backends = [b.strip() for b in args.backends.split(",") if b.strip()] if args.backends else None
-    path = _store_path(args.store)
+    path = store_path(args.store)
     store = None
     if Path(path).is_file():
         store = PlanStore(path, readonly=True)

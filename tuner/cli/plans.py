@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dispatch.errors import OpDispatchError
+from tuner.cli.args import parse_shape, store_path, table
 
 if TYPE_CHECKING:
     from dispatch.registry import Registry
@@ -36,23 +37,11 @@ class PlansUsageError(OpDispatchError):
 # ------------------------------------------------------------------------------------------
 
 
-def _table(rows: Sequence[Sequence[str]], max_width: int = 60) -> str:
-    from dispatch.cli import _table as table
-
-    return table(rows, max_width)
-
-
-def _store_path(arg: str | None) -> str:
-    from dispatch.config import Config
-
-    return str(Path(Config.load({"store_path": arg}).store_path).expanduser())
-
-
 def _open(arg: str | None, *, readonly: bool) -> PlanStore:
     """The store at ``--store`` (or the configured one); a missing store is a user error."""
     from tuner.store import PlanStore
 
-    path = _store_path(arg)
+    path = store_path(arg)
     if not Path(path).is_file():
         raise PlansUsageError(
             f"no plan store at {path} (tune a model with `opdispatch tune MODEL --store {path}` "
@@ -86,12 +75,11 @@ def _latency(stored: StoredPlan) -> str:
 
 def _model_fp(model: str, shapes: Sequence[str] | None) -> str:
     """The model fingerprint of an .onnx file, as the tuner computes it here."""
-    from dispatch.cli import _parse_shape
     from tuner.fingerprint import model_fingerprint
     from tuner.tune import load_graph
 
     registry = _registry()
-    input_shapes = dict(_parse_shape(s) for s in shapes or [])
+    input_shapes = dict(parse_shape(s) for s in shapes or [])
     graph = load_graph(model, registry, registry.available_backends(), input_shapes or None)
     return model_fingerprint(graph)
 
@@ -128,7 +116,7 @@ def cmd_list(args: argparse.Namespace) -> int:
             rows.append((str(p.id), p.key.model[:FP_PREFIX], p.key.inputs, p.key.objective,
                          _latency(p), _created(p), _backends_used(p),
                          _here(p, registry, hardware)))
-        print(_table(rows, max_width=48))
+        print(table(rows, max_width=48))
         print(f"\n{len(plans)} plan(s) in {store.path}")
     return 0
 
@@ -196,7 +184,7 @@ def cmd_show(args: argparse.Namespace) -> int:
                 vrows.append((str(v.get("label")), _num(v.get("predicted_ms")),
                               _num(v.get("latency_ms")), _num(v.get("peak_bytes"), "{:,.0f}"),
                               v.get("error") or "ok"))
-            print(_table(vrows, max_width=60))
+            print(table(vrows, max_width=60))
         print(f"\nsteps ({len(plan.steps)}), backends used: {_backends_used(p)}")
         print(plan.describe())
     return 0
@@ -247,7 +235,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise PlansUsageError(f"{str(src)!r} is not a JSON plan bundle ({exc})") from None
     validate_bundle(bundle)  # before the store is opened (and perhaps created)
-    with PlanStore(_store_path(args.store)) as store:
+    with PlanStore(store_path(args.store)) as store:
         ids = store.import_plans(bundle)
         registry, hardware = _registry(), hardware_fingerprint()
         print(f"imported {len(ids)} plan(s) from {src} into {store.path}")

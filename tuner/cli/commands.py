@@ -2,13 +2,13 @@
 
 User errors (bad files, unknown names, unsupported models, ``run --require-plan`` without a
 stored plan) print one clear message and exit with status 2, without a traceback; internal
-failures keep their traceback. The ``plans`` commands live in :mod:`dispatch.cli_plans`.
+failures keep their traceback. The ``plans`` commands live in :mod:`tuner.cli.plans`, ``report``/``explain``/``profile`` in
+:mod:`tuner.cli.reports`, the shared argument helpers in :mod:`tuner.cli.args`.
 """
 
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 import time
@@ -19,78 +19,16 @@ from pathlib import Path
 import numpy as np
 
 from dispatch.errors import OpDispatchError
-
-EXIT_USER_ERROR = 2
-#: exit status of an unexpected failure (BSD sysexits EX_SOFTWARE)
-EXIT_INTERNAL_ERROR = 70
-
-
-class UsageError(OpDispatchError):
-    """A command-line argument could not be understood."""
-
-
-def _int_at_least(minimum: int, what: str):
-    """An argparse type: an integer >= ``minimum``."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            value = minimum - 1
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"expected {what}, received {text!r}")
-        return value
-
-    return parse
-
-
-positive_int = _int_at_least(1, "a positive integer")
-non_negative_int = _int_at_least(0, "an integer >= 0")
-
-
-def positive_seconds(text: str) -> float:
-    """argparse type: a finite number of seconds > 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, received {text!r}")
-    return value
-
-
-def _table(rows: Sequence[Sequence[str]], max_width: int = 60) -> str:
-    widths = [min(max_width, max(len(str(r[k])) for r in rows)) for k in range(len(rows[0]))]
-    lines = []
-    for n, r in enumerate(rows):
-        lines.append("  ".join(str(c)[: widths[k]].ljust(widths[k]) for k, c in enumerate(r)).rstrip())
-        if n == 0:
-            lines.append("  ".join("-" * w for w in widths))
-    return "\n".join(lines)
-
-
-def _parse_shape(text: str) -> tuple[str, list[int]]:
-    name, sep, dims = text.rpartition("=")
-    if not sep or not name:
-        raise UsageError(f"--shape expects NAME=DIMxDIMx..., e.g. data=1x3x224x224; received {text!r}")
-    try:
-        shape = [int(d) for d in dims.lower().split("x")] if dims else []
-    except ValueError:
-        raise UsageError(f"--shape {text!r}: dimensions must be integers separated by 'x'") from None
-    return name, shape
-
-
-def _parse_input(text: str) -> tuple[str, np.ndarray]:
-    name, sep, path = text.rpartition("=")
-    if not sep or not name:
-        raise UsageError(f"--input expects NAME=FILE.npy; received {text!r}")
-    p = Path(path)
-    if not p.is_file():
-        raise UsageError(f"--input {name}: file {path!r} does not exist")
-    try:
-        return name, np.load(p, allow_pickle=False)
-    except (ValueError, OSError) as exc:
-        raise UsageError(f"--input {name}: {path!r} is not a .npy array file ({exc})") from None
+from tuner.cli.args import (
+    EXIT_INTERNAL_ERROR,
+    EXIT_USER_ERROR,
+    UsageError,
+    parse_input,
+    parse_shape,
+    positive_int,
+    positive_seconds,
+    table,
+)
 
 
 def _random_feed(shape: Sequence[int], dtype: np.dtype, rng: np.random.Generator) -> np.ndarray:
@@ -114,7 +52,7 @@ def cmd_backends(args: argparse.Namespace) -> int:
     for name, st in reg.backends.items():
         status = "available" if st.available else f"unavailable: {st.reason}"
         rows.append((name, status, st.version or "-", ",".join(st.layouts) or "-", str(st.implementations), st.origin))
-    print(_table(rows, max_width=70))
+    print(table(rows, max_width=70))
     unavailable = [(name, st) for name, st in reg.backends.items() if not st.available]
     if unavailable:  # the table cuts long reasons; here they are whole
         print()
@@ -126,13 +64,13 @@ def cmd_backends(args: argparse.Namespace) -> int:
         rows = [("implementation", "op", "backend", "priority", "description")]
         for impl in sorted(reg.implementations, key=lambda i: (i.op, i.backend, i.name)):
             rows.append((impl.name, impl.op, impl.backend, str(impl.priority), impl.doc))
-        print(_table(rows, max_width=60))
+        print(table(rows, max_width=60))
         print()
         rows = [("converter", "from", "to", "backend", "kind")]
         for convs in reg.layouts.converters.values():
             for c in convs:
                 rows.append((c.name, c.src, c.dst, c.backend, "direct" if c.direct else "via standard"))
-        print(_table(rows))
+        print(table(rows))
     return 0
 
 
@@ -140,7 +78,7 @@ def cmd_config(args: argparse.Namespace) -> int:
     from dispatch.config import Config
 
     cfg = Config.load()
-    print(_table([("setting", "value", "source", "meaning"), *cfg.rows()], max_width=70))
+    print(table([("setting", "value", "source", "meaning"), *cfg.rows()], max_width=70))
     print(f"\nconfig file: {cfg.config_file or '(none found)'}")
     return 0
 
@@ -148,8 +86,8 @@ def cmd_config(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from dispatch.session import Session
 
-    shapes = dict(_parse_shape(s) for s in args.shape or [])
-    given = dict(_parse_input(s) for s in args.input or [])
+    shapes = dict(parse_shape(s) for s in args.shape or [])
+    given = dict(parse_input(s) for s in args.input or [])
     backends = [b.strip() for b in args.backends.split(",")] if args.backends else None
     t0 = time.perf_counter()
     if args.untuned and args.require_plan:
@@ -207,7 +145,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from dispatch.config import Config
     from tuner.tune import TuneOptions, tune
 
-    shapes = dict(_parse_shape(s) for s in args.shape or [])
+    shapes = dict(parse_shape(s) for s in args.shape or [])
     backends = [b.strip() for b in args.backends.split(",")] if args.backends else None
     config = Config.load({"store_path": args.store})
     opts = TuneOptions(
@@ -248,9 +186,9 @@ def cmd_example(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from dispatch.cli_plans import add_parser as add_plans_parser
-    from dispatch.cli_report import add_parsers as add_report_parsers
     from dispatch.zoo import LIGHT_MODELS
+    from tuner.cli.plans import add_parser as add_plans_parser
+    from tuner.cli.reports import add_parsers as add_report_parsers
 
     p = argparse.ArgumentParser(prog="opdispatch", description="Tuning-driven operator dispatcher for ONNX models.")
     sub = p.add_subparsers(dest="command", required=True)

@@ -1,0 +1,67 @@
+"""Numeric agreement with the reference: per-op tolerances and the output comparison.
+
+Every candidate, fused pattern, region and whole plan is accepted only if its outputs match the
+numpy reference within the tolerance of the ops involved (:data:`TOLERANCE`; errors add up along
+a chain, so a group of nodes takes the loosest) or, end to end, :data:`MODEL_TOLERANCE`. The
+tuner checks candidates with it and a Session checks a plan tuned on its first run with it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from dispatch.graph import Node
+
+#: (rtol, atol relative to max(1, max |reference|)) per op; the default covers exact ops.
+TOLERANCE: dict[str, tuple[float, float]] = {
+    "Conv": (1e-3, 1e-4),
+    "Gemm": (1e-3, 1e-4),
+    "MatMul": (1e-3, 1e-4),
+    "BatchNormalization": (1e-4, 1e-5),
+    "LRN": (1e-4, 1e-5),
+    "AveragePool": (1e-4, 1e-5),
+    "GlobalAveragePool": (1e-4, 1e-5),
+    "Softmax": (1e-4, 1e-6),
+    "LogSoftmax": (1e-4, 1e-5),
+    "LayerNormalization": (1e-3, 1e-4),
+    "ReduceMean": (1e-4, 1e-5),
+    "ReduceSum": (1e-4, 1e-5),
+}
+DEFAULT_TOLERANCE = (1e-5, 1e-6)
+
+
+def tolerance(nodes: Sequence[Node]) -> tuple[float, float]:
+    """The loosest tolerance among the ops of ``nodes`` (errors add up along a chain)."""
+    tols = [TOLERANCE.get(n.key_op, DEFAULT_TOLERANCE) for n in nodes] or [DEFAULT_TOLERANCE]
+    return max(t[0] for t in tols), max(t[1] for t in tols)
+
+
+#: whole-model tolerance of the end-to-end validation (errors accumulate over many layers)
+MODEL_TOLERANCE = (1e-3, 1e-4)
+
+
+def check_outputs(
+    outs: Sequence[np.ndarray],
+    refs: Sequence[np.ndarray],
+    nodes: Sequence[Node],
+    tol: tuple[float, float] | None = None,
+) -> str | None:
+    """``None`` when every output matches its reference within the ops' tolerance (or
+    ``tol``: rtol, and atol relative to max(1, max |reference|))."""
+    rtol, atol = tol or tolerance(nodes)
+    for k, (o, r) in enumerate(zip(outs, refs)):
+        o, r = np.asarray(o), np.asarray(r)
+        if o.shape != r.shape or o.dtype != r.dtype:
+            return f"output {k}: {o.dtype}{list(o.shape)} where the reference gives {r.dtype}{list(r.shape)}"
+        if r.dtype.kind not in "fc":
+            if not np.array_equal(o, r):
+                return f"output {k}: differs from the reference"
+            continue
+        finite = np.abs(r[np.isfinite(r)]) if r.size else np.zeros(1)
+        scale = max(1.0, float(finite.max())) if finite.size else 1.0
+        if not np.allclose(o, r, rtol=rtol, atol=atol * scale, equal_nan=True):
+            err = np.nanmax(np.abs(o.astype(np.float64) - r)) if o.size else 0.0
+            return f"output {k}: max abs error {err:.3g} exceeds rtol {rtol:g} / atol {atol * scale:.3g}"
+    return None

@@ -1,0 +1,166 @@
+"""The tuner's plan source: stored plans looked up in the SQLite plan store, and tuning into it.
+
+:class:`StorePlanSource` implements :class:`dispatch.plan_source.PlanSource` for the Session,
+which lives below the tuner and reaches it only through that interface (registered under the
+``opdispatch.plan_sources`` entry point). A lookup opens the store read-only, migrates an older
+schema once, moves a damaged store aside (the note says where) and never raises: whatever goes
+wrong becomes the reason the untuned plan runs. Tuning turns the Session's settings into
+:class:`tuner.tune.TuneOptions` and runs :func:`tuner.tune.tune` into the Session's store.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import fields, replace
+from pathlib import Path
+from typing import Any
+
+from dispatch.config import Config
+from dispatch.errors import ArgumentError
+from dispatch.graph import Graph
+from dispatch.onnx_import import ModelLike
+from dispatch.plan_policy import parse_objective
+from dispatch.plan_source import StoredPlanLookup
+from dispatch.registry import Registry
+from tuner.plan_lookup import find_plan
+from tuner.store import (
+    PlanStore,
+    StoreCorruptError,
+    StoreError,
+    StoreOutdatedError,
+    StoreRecoveredWarning,
+)
+from tuner.tune import TuneOptions, TuneResult, plan_key, tune
+
+#: ``TuneOptions`` fields a Session sets itself (from its objective and backends).
+SESSION_TUNE_FIELDS = ("objective", "memory_cap_bytes", "backends", "budget_s")
+
+
+class StorePlanSource:
+    """Plans from the SQLite plan store (:class:`tuner.store.PlanStore`), tuned by the tuner."""
+
+    def store_path(self, store: Any, config: Config) -> str:
+        """The path of ``store``: a ``PlanStore``, a path, or ``None`` for the configured one."""
+        if isinstance(store, PlanStore):
+            return str(store.path)
+        if store is None:
+            return str(Path(config.store_path).expanduser())
+        if isinstance(store, str | os.PathLike):
+            return str(Path(os.fspath(store)).expanduser())
+        raise ArgumentError(
+            f"store must be a path, a tuner.store.PlanStore, None or False, received "
+            f"{type(store).__name__}"
+        )
+
+    def check_tune_options(self, tune_options: Any) -> None:
+        """Raise ArgumentError unless ``tune_options`` is a :class:`tuner.tune.TuneOptions`."""
+        if not isinstance(tune_options, TuneOptions):
+            raise ArgumentError(
+                f"tune_options must be a tuner.tune.TuneOptions, received "
+                f"{type(tune_options).__name__}"
+            )
+
+    def lookup(
+        self, store: Any, store_path: str, graph: Graph, registry: Registry,
+        backends: Sequence[str], objective: str,
+    ) -> StoredPlanLookup:
+        """The stored plan for ``graph`` (see the module docstring); never raises."""
+        if not isinstance(store, PlanStore) and not (store_path and os.path.exists(store_path)):
+            return StoredPlanLookup(None, None, f"no plan store at {store_path}: running the "
+                                    f"untuned plan", ["no plan store exists there"])
+        opened: PlanStore | None = None
+        key = None
+        try:
+            if isinstance(store, PlanStore):
+                plans = store
+            else:
+                try:
+                    plans = opened = PlanStore(store_path, readonly=True)
+                except StoreCorruptError as exc:
+                    reason = f"the plan store is corrupt ({exc.detail}); {_recover(store_path)}"
+                    return StoredPlanLookup(None, None, f"{reason}: running the untuned plan",
+                                            [reason])
+                except StoreOutdatedError as exc:
+                    try:
+                        PlanStore(store_path).close()  # migrates it, under the store's write lock
+                    except StoreError as err:
+                        raise StoreError(f"{exc}; migrating it failed: {err}") from None
+                    plans = opened = PlanStore(store_path, readonly=True)
+            key = plan_key(graph, registry, backends, objective)
+            found = find_plan(plans, key, registry)
+            if found.stored is None:
+                reasons = found.reasons or ["this model was never tuned here"]
+                return StoredPlanLookup(None, key, "no stored plan for this key: "
+                                        + "; ".join(reasons), reasons)
+            plan = found.stored.plan()
+        except Exception as exc:  # a broken store or plan must never stop the model from running
+            reason = f"{type(exc).__name__}: {exc}"
+            return StoredPlanLookup(None, key, f"stored plan not used: {reason}", [reason])
+        finally:
+            if opened is not None:
+                opened.close()
+        note = (f"plan {found.stored.id} ({key.digest()[:16]}) from the store {store_path} "
+                f"(tuned {found.stored.created_at})" + (f"; {found.note}" if found.note else ""))
+        return StoredPlanLookup(plan, key, note)
+
+    def tune(
+        self, model: ModelLike, *, store: Any, store_path: str, graph: Graph,
+        registry: Registry, config: Config, input_shapes: Mapping[str, Sequence[int]] | None,
+        objective: str, backends: Sequence[str], budget_s: float | None,
+        base_options: TuneOptions | None, options: Mapping[str, Any],
+    ) -> TuneResult:
+        """Tune ``model`` into the store with the Session's objective and backends."""
+        opts = _tune_settings(config, objective, backends, budget_s, base_options, options)
+        opened: PlanStore | None = None
+        if not isinstance(store, PlanStore) or store.readonly:
+            store = opened = PlanStore(store_path)
+        try:
+            return tune(model, store=store, options=opts, input_shapes=input_shapes,
+                        registry=registry, config=config)
+        finally:
+            if opened is not None:
+                opened.close()
+
+
+def _recover(path: str) -> str:
+    """Move the damaged store at ``path`` aside (a fresh one replaces it); says where it went."""
+    try:
+        with warnings.catch_warnings():  # said in the session's plan note instead
+            warnings.simplefilter("ignore", StoreRecoveredWarning)
+            with PlanStore(path) as fresh:
+                recovery = fresh.recovery
+        return (f"moved aside to {recovery.moved_to} and replaced by a fresh store"
+                if recovery is not None and recovery.moved_to else
+                "already replaced by a fresh store by another process")
+    except StoreError as err:
+        why = err.move_error if isinstance(err, StoreCorruptError) else None
+        return f"it could not be moved aside ({why or err})"
+
+
+def _tune_settings(
+    config: Config, objective: str, backends: Sequence[str], budget_s: float | None,
+    base_options: TuneOptions | None, options: Mapping[str, Any],
+) -> TuneOptions:
+    """The Session's tuning options: ``options`` over ``base_options`` (else the configured
+    defaults), with the Session's objective, backends and budget."""
+    known = {f.name for f in fields(TuneOptions)} - set(SESSION_TUNE_FIELDS)
+    fixed = sorted(set(options) & set(SESSION_TUNE_FIELDS))
+    if fixed:
+        raise ArgumentError(
+            f"Session.tune: {', '.join(fixed)} come(s) from the session (objective "
+            f"{objective!r}, backends {list(backends)}) or the budget_s "
+            f"argument; create a Session with another objective or backends instead"
+        )
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise ArgumentError(
+            f"Session.tune: unknown option(s) {unknown}; known: {', '.join(sorted(known))}"
+        )
+    base = base_options or TuneOptions(
+        budget_s=config.tune_budget_s, top_k=config.tune_top_k, progress=False)
+    name, cap = parse_objective(objective)
+    return replace(base, **options,
+                   budget_s=float(budget_s if budget_s is not None else base.budget_s),
+                   objective=name, memory_cap_bytes=cap, backends=list(backends))

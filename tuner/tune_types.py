@@ -1,0 +1,91 @@
+"""The tuner's public types: :class:`TuneOptions` (how to tune), :class:`PlanCandidate` (one
+whole plan validated end to end), :class:`TuneResult` (what a run produced, with its terminal
+summary) and :class:`TuningError`. They are re-exported by :mod:`tuner.tune`, where callers
+import them from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from dispatch.errors import OpDispatchError
+from dispatch.plan import Plan
+from tuner.fingerprint import PlanKey
+
+
+class TuningError(OpDispatchError):
+    """The tuner could not produce a valid plan."""
+
+
+@dataclass
+class TuneOptions:
+    """How to tune. ``budget_s`` bounds the whole run (measurement stops when it is spent;
+    optimisation and validation of what was measured still run)."""
+
+    budget_s: float = 120.0
+    objective: str = "latency"
+    memory_cap_bytes: int | None = None
+    top_k: int = 3
+    backends: Sequence[str] | None = None
+    validate_runs: int = 10
+    per_candidate_cap_s: float = 0.5
+    ci_target: float = 0.05
+    seed: int = 0
+    progress: bool = True
+    optimize_time_limit_s: float = 10.0
+
+
+@dataclass
+class PlanCandidate:
+    """One whole plan validated end to end."""
+
+    label: str
+    plan: Plan
+    predicted_s: float | None  # None: not from the optimiser (the untuned plan)
+    latency_ms: float | None = None
+    spread_ms: float | None = None
+    peak_bytes: int | None = None
+    error: str | None = None
+
+
+@dataclass
+class TuneResult:
+    """What a tuning run produced."""
+
+    plan: Plan
+    key: PlanKey
+    #: the stored plan's id; ``None`` when the store could not be written (:attr:`store_error`)
+    plan_id: int | None
+    latency_ms: float
+    peak_bytes: int
+    validated: list[PlanCandidate]
+    stats: dict[str, Any] = field(default_factory=dict)
+    #: why the plan (or some measurements) could not be written to the store, else ``None``
+    store_error: str | None = None
+
+    def summary(self) -> str:
+        """A few lines for the terminal."""
+        s = self.stats
+        stored = (f"stored (id {self.plan_id})" if self.plan_id is not None
+                  else f"NOT stored ({self.store_error})")
+        lines = [
+            f"plan {self.key.digest()[:16]} {stored}; objective {self.key.objective}",
+            f"measured {s['measured']} new candidate signature(s), reused {s['reused']}, "
+            f"rejected {s['wrong']} wrong/failing, skipped {s['skipped_budget']} over budget; "
+            f"{s['conversions_measured']} converter cost(s) measured, {s.get('conversions_estimated', 0)} estimated",
+            f"stages: measure {s.get('measure_s', 0):.1f} s, converters {s.get('conversions_s', 0):.1f} s, "
+            f"validate {s.get('validate_s', 0):.1f} s",
+            f"optimiser: {s['optimizer_method']} ({'optimal' if s['optimizer_optimal'] else 'not proven optimal'}) "
+            f"in {s['optimizer_s']:.2f} s",
+            "validated plans (end to end, median of runs):",
+        ]
+        for pc in self.validated:
+            what = pc.error or f"{pc.latency_ms:.2f} ms (spread {pc.spread_ms:.2f}), peak {pc.peak_bytes / 1e6:.1f} MB"
+            mark = "*" if pc.plan is self.plan else " "
+            predicted = "       -   " if pc.predicted_s is None else f"{pc.predicted_s * 1e3:8.2f} ms"
+            lines.append(f" {mark} {pc.label:<28} predicted {predicted}   {what}")
+        used = ", ".join(f"{b}: {n}" for b, n in self.plan.backends_used().items())
+        lines.append(f"winner runs {used}; {len(self.plan.conversions)} conversion(s); tuning took {s['tuning_s']:.1f} s")
+        return "\n".join(lines)

@@ -1,0 +1,112 @@
+"""The tuner's validation stage: every candidate plan run end to end against the reference
+(all-numpy) outputs, the valid ones timed interleaved until their medians separate or the time
+cap is spent (:func:`_validate`), and the winner chosen among them by the objective and the
+memory cap (:func:`_winner`).
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from dispatch.executor import Executor
+from dispatch.graph import Graph
+from dispatch.registry import Registry
+from tuner.measure import MODEL_TOLERANCE, check_outputs, random_input
+from tuner.tune_types import PlanCandidate, TuneOptions, TuningError
+
+
+def _random_feeds(graph: Graph, seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {v.name: random_input(v, rng) for v in graph.inputs}
+
+
+def _validate(
+    graph: Graph,
+    registry: Registry,
+    plans: Sequence[PlanCandidate],
+    feeds: Mapping[str, np.ndarray],
+    reference: Sequence[np.ndarray],
+    runs: int,
+    time_cap_s: float,
+) -> None:
+    """Run every plan end to end: its outputs must match the reference plan's; then time the
+    valid ones interleaved, one untimed and one timed run of each per round, so that machine
+    noise (another process, a frequency change) hits them alike instead of favouring whichever
+    ran in a quiet moment, while the untimed run keeps one plan's leftovers out of the next
+    plan's time.
+    At least ``runs`` rounds (fewer only past ``time_cap_s``), then rounds until the 95%
+    confidence intervals of the medians stop overlapping or the cap is spent."""
+    ready: list[tuple[PlanCandidate, Executor]] = []
+    for pc in plans:
+        try:
+            ex = Executor(graph, pc.plan, registry)
+            outs = ex.run(feeds)
+            ex.run(feeds)  # warm-up
+        except Exception as exc:
+            pc.error = f"failed: {type(exc).__name__}: {exc}"
+            continue
+        wrong = check_outputs(outs, reference, [], tol=MODEL_TOLERANCE)
+        if wrong:
+            pc.error = f"wrong result: {wrong}"
+            continue
+        pc.peak_bytes = int(ex.memory.peak_bytes)
+        ready.append((pc, ex))
+    if not ready:
+        return
+    times: list[list[float]] = [[] for _ in ready]
+    start = time.monotonic()
+    rounds = 0
+    while True:
+        for k, (_, ex) in enumerate(ready):
+            ex.run(feeds)  # untimed: absorbs what the previous plan left behind (caches, other
+            # libraries' spinning threads), as a production process runs one plan back to back
+            t0 = time.perf_counter()
+            ex.run(feeds)
+            times[k].append(time.perf_counter() - t0)
+        rounds += 1
+        spent = time.monotonic() - start
+        if rounds >= 3 * max(1, runs) or (spent > time_cap_s and rounds >= 3):
+            break
+        if rounds >= max(1, runs) and (spent > time_cap_s or _separated(times)):
+            break
+    for (pc, _), t in zip(ready, times):
+        q1, med, q3 = np.percentile(t, [25, 50, 75])
+        pc.latency_ms, pc.spread_ms = float(med * 1e3), float((q3 - q1) * 1e3)
+    ready.clear()
+    gc.collect()  # free the executors now: their libraries' thread pools must not outlive them
+
+
+def _separated(times: Sequence[Sequence[float]]) -> bool:
+    """Whether the fastest plan's median is clear of every other's (95% notches, McGill et
+    al.: median +- 1.57 IQR / sqrt(n)) -- more rounds would not change the winner."""
+    if len(times) < 2:
+        return True
+    notches = []
+    for t in times:
+        q1, med, q3 = np.percentile(t, [25, 50, 75])
+        half = 1.57 * (q3 - q1) / np.sqrt(len(t))
+        notches.append((med - half, med, med + half))
+    best = min(range(len(notches)), key=lambda k: notches[k][1])
+    return all(notches[best][2] < n[0] for k, n in enumerate(notches) if k != best)
+
+
+def _winner(validated: Sequence[PlanCandidate], opts: TuneOptions) -> PlanCandidate:
+    ok = [pc for pc in validated if pc.error is None]
+    if opts.memory_cap_bytes is not None:
+        fits = [pc for pc in ok if pc.peak_bytes is not None and pc.peak_bytes <= opts.memory_cap_bytes]
+        if not fits:
+            peaks = ", ".join(f"{pc.label}: {pc.peak_bytes:,}" for pc in ok)
+            raise TuningError(
+                f"no validated plan fits the memory cap of {opts.memory_cap_bytes:,} bytes; peaks: {peaks}"
+            )
+        ok = fits
+    if not ok:
+        errors = "; ".join(f"{pc.label}: {pc.error}" for pc in validated)
+        raise TuningError(f"no plan passed validation: {errors}")
+    if opts.objective == "memory":
+        return min(ok, key=lambda pc: (pc.peak_bytes, pc.latency_ms))
+    return min(ok, key=lambda pc: pc.latency_ms)
