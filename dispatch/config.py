@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -180,5 +180,3 @@ class Config:
         return out
 
 
-def field_names() -> list[str]:
-    return [f.name for f in fields(Config)]

@@ -35,18 +35,21 @@ NONDETERMINISTIC = frozenset(
 FOLD_LIMIT_BYTES = 1 << 30
 
 
-def reference_impl(registry: Registry, node: Node) -> Implementation:
-    """The implementation that defines ``node``'s semantics: the numpy backend's first
-    supporting one, else any standard-layout implementation that supports it."""
+def evaluation_impl(registry: Registry, node: Node) -> Implementation:
+    """The implementation folding and shape filling evaluate ``node`` with: its reference
+    implementation (:meth:`Registry.reference_impl`), else — for an operator the reference
+    backend lacks, such as a plugin's custom op — any standard-layout implementation that
+    supports it. Raises :class:`UnsupportedOpError` saying why none can."""
     if not registry.has_op(node.key_op):
         raise UnsupportedOpError(
             f"node {node.name!r}: operator {node.key_op!r} has no implementation; known "
             f"operators: {', '.join(registry.ops)}"
         )
-    impls = registry.impls_for(node.key_op)
-    ordered = [i for i in impls if i.backend == "numpy"] + [i for i in impls if i.backend != "numpy"]
+    found = registry.reference_impl(node)
+    if found is not None:
+        return found
     reasons = []
-    for impl in ordered:
+    for impl in registry.impls_for(node.key_op):  # the reference backend's say why they refuse
         if any(lay != STANDARD for lay in impl.input_layouts(node) + impl.output_layouts(node)):
             continue
         reason = impl.supports(node)
@@ -61,7 +64,7 @@ def reference_impl(registry: Registry, node: Node) -> Implementation:
 
 def evaluate(registry: Registry, node: Node, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
     """Run ``node`` once on ``inputs`` with its reference implementation."""
-    impl = reference_impl(registry, node)
+    impl = evaluation_impl(registry, node)
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore")
         out = impl.build(node)(*inputs)

@@ -25,8 +25,6 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from dispatch.errors import RegistryError, known
 from dispatch.graph import Node, op_key
 from layouts.registry import STANDARD
@@ -406,7 +404,3 @@ class CustomOp:
         return op_key(self.domain, self.op_type)
 
 
-def dtype_of(node: Node, i: int = 0) -> np.dtype | None:
-    """The dtype of input ``i`` of ``node`` (``None`` when absent)."""
-    v = node.input(i)
-    return None if v is None else v.dtype

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -234,7 +233,3 @@ def build_region(region: FusedNode):
     return run
 
 
-def region_names(graph: Graph, names: Sequence[str]) -> list[str]:
-    """``names`` in the graph's order (a helper for callers building regions by hand)."""
-    index = {n.name: k for k, n in enumerate(graph.nodes)}
-    return sorted(names, key=index.__getitem__)
