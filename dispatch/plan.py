@@ -224,20 +224,3 @@ def step_label(nodes: Sequence[str]) -> str:
     if len(nodes) <= 3:
         return "+".join(nodes)
     return f"{nodes[0]}..{nodes[-1]} ({len(nodes)} nodes)"
-
-
-#: TEMPORARY (refactor in progress): names that moved out of this module.
-_MOVED = {
-    "heuristic_plan": "dispatch.heuristic", "region_proposals": "dispatch.heuristic",
-    "check_supported_ops": "dispatch.heuristic", "candidate_reason": "dispatch.plan_assembly",
-    "layout_reason": "dispatch.plan_assembly", "order_steps": "dispatch.plan_assembly",
-    "plan_conversions": "dispatch.plan_assembly",
-}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _MOVED:
-        import importlib
-
-        return getattr(importlib.import_module(_MOVED[name]), name)
-    raise AttributeError(name)

@@ -194,22 +194,18 @@ def locate_plan(
     from dispatch.backend import load_registry
     from dispatch.config import Config
     from dispatch.heuristic import heuristic_plan
-    from dispatch.session import parse_objective
+    from dispatch.plan_policy import parse_objective, plan_backends, unavailable_backends
     from tuner.fingerprint import model_fingerprint
     from tuner.tune import load_graph, plan_key
 
     parse_objective(objective)
     config = Config.load()
     registry = registry or load_registry(config.plugin_path or None)
-    available = registry.available_backends()
-    if backends:
-        unknown = [b for b in backends if b not in available]
-        if unknown:
-            raise ReportError(f"backends {unknown} are not available here; available: {available}")
-        allowed = list(backends)
-    else:  # as the tuner orders them: the configured order first, then the rest
-        allowed = [b for b in config.backend_order if b in available]
-        allowed += [b for b in available if b not in allowed]
+    unknown = unavailable_backends(registry, backends or [])
+    if unknown:
+        raise ReportError(f"backends {unknown} are not available here; available: "
+                          f"{registry.available_backends()}")
+    allowed = plan_backends(registry, config.backend_order, backends)  # as Session and tune
     if plan_id is not None and untuned:
         raise ReportError("give a plan id or --untuned, not both")
     graph = load_graph(model, registry, allowed, input_shapes)
@@ -234,13 +230,15 @@ def locate_plan(
             note += f" (not usable here as is: {'; '.join(reasons)})"
         return LocatedPlan(graph, registry, stored.plan(), stored.key, stored,
                            list((stored.key.software.get("backends") or {}).keys()), note)
-    stored = store.get_plan(key)
+    found = find_plan(store, key, registry)  # the plan a Session here would run
+    stored = found.stored
     if stored is None:
-        reasons = store.why_not(key) or ["this model was never tuned with this store"]
+        reasons = found.reasons or ["this model was never tuned with this store"]
         raise ReportError(
             f"no plan in {store.path} for this model, machine, software, backends {allowed} and "
             f"objective {objective}: {'; '.join(' '.join(r.split()) for r in reasons)}; tune it "
             f"with `opdispatch tune MODEL --store {store.path}`, or pick a stored plan with --plan "
             f"ID (see `opdispatch plans list`), or report the untuned plan with --untuned")
     return LocatedPlan(graph, registry, stored.plan(), stored.key, stored, allowed,
-                       f"plan {stored.id} from {store.path}")
+                       f"plan {stored.id} from {store.path}"
+                       + (f" ({found.note})" if found.note else ""))

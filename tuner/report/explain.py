@@ -1,0 +1,105 @@
+"""Explaining one node: every candidate for it, the chosen one first, and why each lost.
+:func:`explain_node` lists the chosen step and every alternative covering the node (fused
+patterns and regions included) with its measurement and verdict; :func:`render_explain` renders
+it as text (with the node's shapes, attributes, step and input conversions), markdown, csv or
+json.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+
+from dispatch.errors import known
+from tuner.plan_lookup import ReportError
+from tuner.report.data import (
+    VERDICTS,
+    ReportData,
+    fmt_delta,
+    fmt_ms,
+    node_shapes,
+    nodes_label,
+    records,
+)
+from tuner.report.render import aligned, markdown_table
+
+
+def explain_node(rep: ReportData, node: str) -> pd.DataFrame:
+    """Every candidate for ``node`` (the chosen one first): implementation, backend, nodes
+    covered, layouts, measurement (median, spread, samples, when measured), verdict and why.
+    Candidates covering ``node`` among others (fused patterns, regions) are included."""
+    plan = rep.plan
+    names = [n for s in plan.steps for n in s.nodes]
+    if node not in names:
+        raise ReportError(f"node {node!r} is not in the plan of {plan.graph!r} (nodes removed or "
+                          f"folded when the model was simplified are not planned); nodes: "
+                          f"{known(names, limit=30)}")
+    k = next(i for i, s in enumerate(plan.steps) if node in s.nodes)
+    step = plan.steps[k]
+    first = rep.table[(rep.table["kind"] == "node") & (rep.table["step"] == k)].iloc[0]
+    rows = [{"impl": step.impl, "backend": step.backend, "covers": nodes_label(step.nodes, 4),
+             "layouts_in": ",".join(step.layouts_in), "layouts_out": ",".join(step.layouts_out),
+             "median_ms": first["median_ms"], "spread_ms": first["spread_ms"],
+             "samples": first["samples"], "measured_at": None, "verdict": "chosen",
+             "delta_ms": 0.0, "reason": step.why}]
+    seen = {(step.impl, tuple(step.nodes))}
+    for alts in rep.alternatives.values():
+        for a in alts:
+            covers = a.covers or ((a.node,) if a.node == node else ())
+            if node not in covers or (a.impl, tuple(covers)) in seen:
+                continue
+            seen.add((a.impl, tuple(covers)))
+            rows.append({"impl": a.impl, "backend": a.backend, "covers": nodes_label(covers, 4),
+                         "layouts_in": ",".join(a.layouts_in), "layouts_out": ",".join(a.layouts_out),
+                         "median_ms": a.median_ms, "spread_ms": a.spread_ms, "samples": a.samples,
+                         "measured_at": a.measured_at, "verdict": a.verdict,
+                         "delta_ms": a.delta_ms, "reason": a.reason})
+    df = pd.DataFrame(rows)
+    order = {v: i for i, v in enumerate(("chosen", *VERDICTS))}
+    df["_o"] = df["verdict"].map(lambda v: order.get(v, 99))
+    df = df.sort_values(["_o", "median_ms"], kind="stable", na_position="last").drop(columns="_o")
+    df["samples"] = df["samples"].astype("Int64")
+    return df.reset_index(drop=True)
+
+
+def render_explain(rep: ReportData, node: str, fmt: str = "text") -> str:
+    """:func:`explain_node` as text (with the node's context), markdown, csv or json."""
+    df = explain_node(rep, node)
+    if fmt == "csv":
+        return df.to_csv(index=False)
+    if fmt == "json":
+        return json.dumps({"node": node, "candidates": records(df)}, indent=2, allow_nan=False,
+                          default=str) + "\n"
+    plan, graph = rep.plan, rep.graph
+    k = next(i for i, s in enumerate(plan.steps) if node in s.nodes)
+    step = plan.steps[k]
+    head = [f"node {node}" + (f" ({graph.node(node).op_type})" if graph is not None else "")
+            + f" of {plan.graph}"]
+    if graph is not None:
+        n = graph.node(node)
+        head.append(f"  shapes: {node_shapes(n)}")
+        attrs = ", ".join(f"{a}={v!r}" for a, v in sorted(n.attrs.items()) if not isinstance(v, np.ndarray))
+        if attrs:
+            head.append(f"  attributes: {attrs[:300]}")
+    head.append(f"  runs in step {k} ({nodes_label(step.nodes)}): {step.impl} on {step.backend}, "
+                f"layouts {','.join(step.layouts_in) or '-'} -> {','.join(step.layouts_out)}")
+    convs = rep.table[(rep.table["kind"] == "converter")
+                      & rep.table["step_nodes"].str.split(", ").map(lambda c: "+".join(step.nodes) in c)]
+    for c in convs.itertuples(index=False):
+        head.append(f"  input conversion: {c.name} by {c.impl} ({fmt_ms(c.median_ms)} ms, {c.when} time)")
+    head.append(f"  why: {step.why}")
+    rows = [["implementation", "backend", "covers", "layouts in -> out", "median ms", "spread",
+             "samples", "verdict", "delta ms", "reason"]]
+    for r in df.itertuples(index=False):
+        rows.append([r.impl, r.backend, r.covers, f"{r.layouts_in or '-'} -> {r.layouts_out or '-'}",
+                     fmt_ms(r.median_ms), fmt_ms(r.spread_ms),
+                     "-" if r.samples is pd.NA else str(r.samples), r.verdict,
+                     fmt_delta(r.delta_ms), r.reason])
+    if fmt == "markdown":
+        return "\n".join(f"- {h.strip()}" for h in head) + "\n\n" + markdown_table(rows, (4, 5, 6, 8)) + "\n"
+    if fmt != "text":
+        raise ReportError(f"unknown explain format {fmt!r}; expected text, markdown, csv or json")
+    return "\n".join(head) + f"\n\n{len(df)} candidate(s):\n" + aligned(
+        rows, max_width=400, numeric=(4, 5, 6, 8)) + "\n"
