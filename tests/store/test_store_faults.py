@@ -249,7 +249,7 @@ def test_the_file_is_never_opened_behind_sqlites_back_while_a_connection_is(tmp_
         opened.append(os.fspath(file))
         return real_open(file, *args, **kwargs)
 
-    monkeypatch.setattr(store_mod, "open", spy, raising=False)
+    monkeypatch.setattr(store_mod.integrity, "open", spy, raising=False)
     PlanStore(path).close()
     assert opened == [str(path)]  # the header check, with no connection open
     with PlanStore(path) as writer:
