@@ -19,6 +19,10 @@ def onednn_impls(op: str) -> list[Implementation]:
     return [i for i in registry().implementations if i.backend == "onednn" and i.op == op]
 
 
+#: how oneDNN implementations refuse a case for which oneDNN has only its reference kernel
+ONLY_REFERENCE = "oneDNN has only its reference implementation"
+
+
 def supporting(op: str, node) -> list[Implementation]:
     """The oneDNN implementations of ``op`` that support ``node``."""
     return [i for i in onednn_impls(op) if i.supports(node) is None]
@@ -36,7 +40,11 @@ def check_all(op: str, node, inputs: Sequence[np.ndarray | None], ref: Sequence[
     at least ``expect`` must support it. Returns the names that ran."""
     impls = supporting(op, node)
     reasons = {i.name: i.supports(node) for i in onednn_impls(op)}
-    assert len(impls) >= expect, f"too few oneDNN {op} implementations support the case: {reasons}"
+    # on a CPU without AVX-512 oneDNN has only reference kernels for the nchw16c format, and
+    # those implementations refuse with that reason: not a failure of this machine's oneDNN
+    no_isa = [n for n, r in reasons.items() if r and ONLY_REFERENCE in r]
+    assert len(impls) >= expect - len(no_isa), (
+        f"too few oneDNN {op} implementations support the case: {reasons}")
     for impl in impls:
         outs = run_in_layouts(impl, node, inputs)
         for got, want in zip(outs, ref):
