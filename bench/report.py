@@ -4,8 +4,10 @@
     python bench/report.py bench.json
 
 Sections: the GEMM peak; per-layer Conv GFLOP/s (best native implementation, numpy im2col,
-onnxruntime, best oneDNN implementation) with ratios and fractions of peak; converter GB/s against a plain copy; and the
-remaining groups (end to end) as medians side by side with ratios to onnxruntime.
+onnxruntime, best oneDNN implementation) with ratios and fractions of peak; converter GB/s against a plain copy; the
+exported models of bench/test_bench_models.py (groups ``models-NAME``: every variant's median,
+ratio to onnxruntime and start time, and the tuned plan's predicted against measured latency);
+and the remaining groups (end to end) as medians side by side with ratios to onnxruntime.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ def _rows(data: dict) -> pd.DataFrame:
         info = b.get("extra_info", {})
         rows.append({
             "group": b["group"] or "",
-            "variant": name,
+            # bench/test_bench_models.py names its variants (e.g. ``native_plan``) in extra_info
+            "variant": info.get("variant") or name,
             "param": b.get("param") or "",
             "median_ms": b["stats"]["median"] * 1e3,
             "iqr_ms": b["stats"]["iqr"] * 1e3,
@@ -31,6 +34,12 @@ def _rows(data: dict) -> pd.DataFrame:
             "flops": info.get("flops"),
             "bytes": info.get("bytes"),
             "impl": info.get("impl", ""),
+            "start_s": info.get("start_s"),
+            "predicted_ms": info.get("predicted_ms"),
+            "validated_ms": info.get("validated_ms"),
+            "winner": info.get("winner"),
+            "tune_s": info.get("tune_s"),
+            "plan": info.get("plan"),
         })
     return pd.DataFrame(rows)
 
@@ -93,8 +102,65 @@ def layout_table(df: pd.DataFrame) -> str:
     return pd.DataFrame(out).round(2).to_markdown(index=False, floatfmt=".2f")
 
 
+#: the group prefix of bench/test_bench_models.py
+MODELS_PREFIX = "models-"
+#: the order of its variants in the tables (others, e.g. new backends' plans, follow by name)
+MODELS_ORDER = ("onnxruntime", "openvino", "tuned_plan", "default_session")
+
+
+def _variant_order(v: str) -> tuple:
+    return (MODELS_ORDER.index(v), "") if v in MODELS_ORDER else (len(MODELS_ORDER) + (v == "numpy_plan"), v)
+
+
+def _plan_text(plan) -> str:
+    return ", ".join(f"{b} {n}" for b, n in plan.items()) if isinstance(plan, dict) else ""
+
+
+def models_tables(df: pd.DataFrame, baseline: str = "onnxruntime") -> str:
+    """Per exported model: every variant's median, IQR, rounds, ratio to ``baseline``, start
+    (session creation) time and what the plan runs on; then one table of the tuned plans'
+    predicted latency (the optimiser's estimate of the winner), the tuner's own validation
+    median and the median measured here."""
+    mod = df[df["group"].str.startswith(MODELS_PREFIX)]
+    if not len(mod):
+        return ""
+    out, tuned = [], []
+    for g, sub in mod.groupby("group", sort=True):
+        model = g.removeprefix(MODELS_PREFIX)
+        base = sub[sub["variant"] == baseline]
+        ref = float(base["median_ms"].iloc[0]) if len(base) else float(sub["median_ms"].min())
+        sub = sub.assign(ratio=(sub["median_ms"] / ref).round(2), plan=sub["plan"].map(_plan_text),
+                         order=sub["variant"].map(_variant_order)).sort_values("order")
+        out.append(f"#### {model}\n")
+        out.append(sub[["variant", "median_ms", "iqr_ms", "rounds", "ratio", "start_s", "plan"]]
+                   .round({"median_ms": 2, "iqr_ms": 2, "start_s": 2}).to_markdown(index=False))
+        out.append(f"\nratio = median / median of `{baseline if len(base) else 'fastest'}`; "
+                   "start_s = model load and session creation (once)\n")
+        for _, r in sub[sub["variant"] == "tuned_plan"].iterrows():
+            pred = r["predicted_ms"]
+            has_pred = pred is not None and not pd.isna(pred)
+            tuned.append({
+                "model": model, "winner": r["winner"], "plan": r["plan"],
+                "predicted_ms": pred if has_pred else None,
+                "tuner_validated_ms": r["validated_ms"],
+                "measured_ms": r["median_ms"],
+                "measured / predicted": r["median_ms"] / pred if has_pred and pred else None,
+                "measured / onnxruntime": r["median_ms"] / ref if len(base) else None,
+                "tune_s": r["tune_s"],
+            })
+    if tuned:
+        out.append("#### tuned plans: predicted against measured\n")
+        table = pd.DataFrame(tuned).round(2)
+        table = table.astype(object).where(table.notna(), None)  # missing values print as "-"
+        out.append(table.to_markdown(index=False, floatfmt=".2f", missingval="-"))
+        out.append("\npredicted_ms: the optimiser's estimate of the winning plan (empty when the "
+                   "winner is a baseline plan the optimiser did not produce); tuner_validated_ms: "
+                   "the tuner's end-to-end validation median; measured_ms: the median here\n")
+    return "\n".join(out)
+
+
 def other_tables(df: pd.DataFrame, baseline: str = "onnxruntime") -> str:
-    rest = df[~df["group"].str.startswith(("conv ", "layout ", "peak"))]
+    rest = df[~df["group"].str.startswith(("conv ", "layout ", "peak", MODELS_PREFIX))]
     out = []
     for g, sub in rest.groupby("group", sort=True):
         base = sub[sub["variant"] == baseline]
@@ -116,7 +182,7 @@ def report(path: str) -> str:
     if peak:
         parts.append(f"GEMM peak (numpy float32 2048x2048 matmul): **{peak:.1f} GFLOP/s**\n")
     for title, body in (("Conv layers", conv_table(df, peak)), ("Layout converters", layout_table(df)),
-                        ("End to end", other_tables(df))):
+                        ("Exported models", models_tables(df)), ("End to end", other_tables(df))):
         if body:
             parts.append(f"### {title}\n\n{body}\n")
     m = data.get("machine_info", {})

@@ -74,7 +74,8 @@ def test_tuned_plan(benchmark, name):
 
 @pytest.mark.parametrize("name", MODELS)
 def test_native_plan(benchmark, name):
-    """The untuned default plan: native first, numpy for what native does not implement."""
+    """The untuned native-first plan (the default before onnxruntime became first), numpy for
+    what native does not implement."""
     benchmark.group = f"e2e-{name}"
     sess = Session(_model(name), backends=["native", "numpy"], store=False)
     feeds = _feeds(sess.get_inputs())

@@ -16,7 +16,7 @@ with; the relation is symmetric (either side may declare it). Discovery settles 
 deterministically, after every backend has been found and its availability checked:
 
 1. the backends are ranked by the configured backend order (``OPDISPATCH_BACKENDS``, the
-   config file's ``backend_order``, default ``native, numpy``; the ``order`` argument of
+   config file's ``backend_order``, default ``onnxruntime, native, numpy``; the ``order`` argument of
    :func:`load_registry`), those not in it after those in it, ties in discovery order
    (entry points, then the plugin folders in path order, files sorted by name);
 2. in rank order, an available backend that conflicts with one already accepted loses: it is

@@ -18,7 +18,12 @@ import tomllib
 
 from dispatch.errors import ConfigError
 
-DEFAULT_BACKEND_ORDER = ("native", "numpy")
+#: The untuned plan's backend order when none is configured: onnxruntime first (when it is
+#: installed, the untuned plan is then the whole model as one onnxruntime region, as fast as
+#: plain onnxruntime), then this project's native kernels, then the numpy reference. Measured on
+#: resnet50 (2-core AMD EPYC): the native-first untuned plan ran at 88 ms where plain
+#: onnxruntime took 32 ms. Backends that are not installed are skipped.
+DEFAULT_BACKEND_ORDER = ("onnxruntime", "native", "numpy")
 
 
 def _cache_dir() -> Path:

@@ -63,7 +63,8 @@ def heuristic_plan(
             step = _forced_step(registry, node, overrides[node.name])
         else:
             step = _choose(registry, node, order, produced, skipped_backends)
-            region = _choose_region(graph, node, step, order, covered, proposals)
+            # a region never swallows a node whose implementation was forced
+            region = _choose_region(graph, node, step, order, set(overrides) | covered, proposals)
             if region is not None:
                 step = region
             elif step is not None:
@@ -131,7 +132,7 @@ def _choose_region(
     covered: set[str],
     proposals: Mapping[str, list[tuple[Implementation, list[str]]]],
 ) -> PlanStep | None:
-    """The largest supported region starting at ``node`` (no node of it covered yet) of a
+    """The largest supported region starting at ``node`` (no node of it in ``covered``) of a
     backend before the single-node winner's backend in ``order`` (any backend when no
     single-node implementation supports the node)."""
     last = order.index(single.backend) if single is not None and single.backend in order else len(order) - 1

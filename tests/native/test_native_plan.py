@@ -61,10 +61,10 @@ def test_mixed_native_layouts_use_direct_converters():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["squeezenet", "resnet50"])
-def test_default_native_plan_matches_numpy_on_real_architectures(name):
+def test_native_first_plan_matches_numpy_on_real_architectures(name):
     reg = registry()
     model = light_model(name, seed=0)
-    native = Session(model, registry=reg)
+    native = Session(model, backends=["native", "numpy"], registry=reg)
     assert native.plan.backends_used().get("native", 0) > 0
     numpy_only = Session(model, backends=["numpy"], registry=reg)
     feeds = {i.name: _x(i.shape, 2) for i in native.get_inputs()}

@@ -10,7 +10,7 @@ from dispatch.errors import ConfigError
 
 def test_defaults(tmp_path):
     cfg = Config.load(environ={"OPDISPATCH_CONFIG": str(tmp_path / "none.toml")})
-    assert cfg.backend_order == ("native", "numpy")
+    assert cfg.backend_order == ("onnxruntime", "native", "numpy")
     assert cfg.origin["backend_order"] == "default"
     assert cfg.effective_threads >= 1
 

@@ -27,6 +27,10 @@ from tests.builders import small_cnn
 FAULTY = "Relu.numpy.faulty"
 
 
+
+#: the native-first plan (blocked layouts, fused steps, run-time converters) these tests fault
+NATIVE_FIRST = ["native", "numpy"]
+
 def _with_raising_relu(variant: str):
     """A fresh registry copy with ``Relu.numpy.<variant>``, a Relu that builds fine and
     raises when run (test double)."""
@@ -174,11 +178,11 @@ def test_a_blocked_layout_step_is_rerun_alone_on_the_reference(fresh):
     its inputs go back to the standard layout, Conv and Relu run on numpy, the output is
     converted to nchw8c for the native Add that reads it, and every other step runs as
     planned."""
-    base = Session(small_cnn(), registry=fresh, store=False)
+    base = Session(small_cnn(), registry=fresh, store=False, backends=NATIVE_FIRST)
     step = next(s for s in base.plan.steps if s.op == "Conv+Relu" and s.layouts_in[0] != "std")
     assert step.layouts_out == ["nchw8c"]
     faulty = _faulty_copy(fresh, step.impl)
-    sess = Session(small_cnn(), registry=fresh, store=False, on_error="fallback",
+    sess = Session(small_cnn(), registry=fresh, store=False, backends=NATIVE_FIRST, on_error="fallback",
                    plan=_plan_with(base, step.impl, faulty))
     with pytest.warns(RuntimeWarning, match="running its nodes on the reference implementation"):
         out = sess.run(None, {"x": _x()})
@@ -196,9 +200,9 @@ def test_a_blocked_layout_step_is_rerun_alone_on_the_reference(fresh):
 
 
 def test_an_intermittent_fault_recovers_only_the_runs_that_fail(fresh):
-    base = Session(small_cnn(), registry=fresh, store=False)
+    base = Session(small_cnn(), registry=fresh, store=False, backends=NATIVE_FIRST)
     impl = next(s.impl for s in base.plan.steps if s.op == "Add")
-    sess = Session(small_cnn(), registry=fresh, store=False, on_error="fallback",
+    sess = Session(small_cnn(), registry=fresh, store=False, backends=NATIVE_FIRST, on_error="fallback",
                    plan=_plan_with(base, impl, _faulty_copy(fresh, impl, fail_every=3)))
     want = base.run(None, {"x": _x()})[0]
     with pytest.warns(RuntimeWarning):
@@ -246,7 +250,7 @@ def test_when_the_reference_fails_too_the_error_says_both(reg, relu):
 def test_a_failing_converter_is_answered_by_the_reference_plan(fresh):
     """Converters are not re-run per step (their input and output are the same tensor in
     two layouts): a failing one sends the whole run to the numpy reference plan."""
-    base = Session(small_cnn(), registry=fresh, store=False)
+    base = Session(small_cnn(), registry=fresh, store=False, backends=NATIVE_FIRST)
     run_time = [c for c in base.plan.conversions if not c.at_build]
     assert run_time, "the default plan of small_cnn converts at run time"
     conv = fresh.layouts.converter(run_time[0].chain[0])
@@ -257,7 +261,7 @@ def test_a_failing_converter_is_answered_by_the_reference_plan(fresh):
     # the fixture's registry is this test's own copy: swap the converter for a failing double
     same = fresh.layouts.converters[(conv.src, conv.dst)]
     same[same.index(conv)] = dataclasses.replace(conv, fn=failing)
-    sess = Session(small_cnn(), registry=fresh, store=False, on_error="fallback")
+    sess = Session(small_cnn(), registry=fresh, store=False, backends=NATIVE_FIRST, on_error="fallback")
     with pytest.warns(RuntimeWarning, match="whole model on the numpy reference plan"):
         out = sess.run(None, {"x": _x()})
     np.testing.assert_allclose(out[0], _expected(fresh)[0], rtol=1e-5, atol=1e-6)
