@@ -13,8 +13,8 @@ import itertools
 import pytest
 
 from dispatch.backend import Backend, _activate, load_registry
-from tuner.cli import main
 from tests.plugins.plugin_support import write_module
+from tuner.cli import main
 
 DOUBLE = """
     from dispatch.backend import Backend

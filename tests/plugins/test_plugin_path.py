@@ -7,10 +7,10 @@ import os
 import numpy as np
 
 from dispatch.backend import load_registry
-from tuner.cli import main
 from dispatch.config import Config
 from dispatch.session import Session
 from tests.plugins.plugin_support import copy_plugin, fast_gelu_formula, fast_gelu_model
+from tuner.cli import main
 
 
 def test_dropped_in_plugin_is_found_through_the_environment(tmp_path, monkeypatch):

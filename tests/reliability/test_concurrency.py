@@ -33,8 +33,10 @@ RUNS_PER_THREAD = 4
 
 PLANS = {
     "default": None,
+    "native": ["native", "numpy"],
     "onednn": ["onednn", "native", "numpy"],
     "onnxruntime": ["onnxruntime", "numpy"],
+    "openvino": ["openvino", "numpy"],
     "numpy": ["numpy"],
 }
 

@@ -97,8 +97,9 @@ MODELS: dict[str, Callable[[], onnx.ModelProto]] = {
     f.__name__: f for f in (conv_relu, conv, relu, gemm, maxpool, avgpool, softmax)}
 #: plan name -> Session(backends=...)
 PLANS: dict[str, list[str] | None] = {
-    "numpy": ["numpy"], "default": None, "onednn": ["onednn", "numpy"],
-    "onnxruntime": ["onnxruntime", "numpy"],
+    "numpy": ["numpy"], "default": None, "native": ["native", "numpy"],
+    "onednn": ["onednn", "numpy"], "onnxruntime": ["onnxruntime", "numpy"],
+    "openvino": ["openvino", "numpy"],
 }
 SPECIALS = {"nan": np.nan, "inf": np.inf, "-inf": -np.inf, "mixed": None}
 
@@ -112,10 +113,15 @@ SPECIALS = {"nan": np.nan, "inf": np.inf, "-inf": -np.inf, "mixed": None}
 #:   NaN: a window holding a NaN gives NaN or the maximum over part of its other elements
 #:   (those the kernel visits after the NaN), never more than the maximum over all of them
 #:   (numpy's ``max`` and native propagate NaN). Windows without NaN agree exactly.
+#: - OpenVINO (built on oneDNN) does the same for Relu and MaxPool, and its Softmax's row
+#:   maximum skips NaN: a row with a NaN keeps finite probabilities beside it.
 KNOWN_DIFFERENCES: dict[tuple[str, str], str] = {
     ("Relu", "onednn"): "Relu(NaN) = 0",
     ("MaxPool", "onednn"): "MaxPool drops NaN",
     ("MaxPool", "onnxruntime"): "MaxPool drops NaN",
+    ("Relu", "openvino"): "Relu(NaN) = 0",
+    ("MaxPool", "openvino"): "MaxPool drops NaN",
+    ("Softmax", "openvino"): "Softmax drops NaN",
 }
 
 
@@ -194,6 +200,13 @@ def test_nan_and_inf_propagate_like_the_reference(registry, model, plan, special
             f"{plan} {model}: expected 0 or NaN where the reference is NaN, got "
             f"{np.unique(got[where])[:8]}")
         np.testing.assert_allclose(got[~where], want[~where], rtol=1e-4, atol=1e-4)
+    elif "Softmax drops NaN" in differences:
+        # OpenVINO's row maximum skips NaN: a row holding a NaN gives NaN there and
+        # probabilities in [0, 1] elsewhere, where the reference gives NaN for the whole row
+        where = np.isnan(want)
+        assert np.all(np.isnan(got[where]) | ((got[where] >= 0) & (got[where] <= 1))), (
+            f"{plan} {model}: {np.unique(got[where])[:8]}")
+        np.testing.assert_allclose(got[~where], want[~where], rtol=1e-4, atol=1e-4)
     elif "MaxPool drops NaN" in differences:
         # a window with a NaN gives NaN or the maximum over part of its other elements (the
         # kernel's max(m, x) restarts after a NaN): never more than the max over all of them
@@ -214,7 +227,7 @@ def test_the_known_differences_are_real(registry):
     above and docs/RELIABILITY.md must change with it)."""
     x = _special_input((BATCH, *_dims("relu")), "nan")
     seen = {}
-    for plan in ("default", "onednn", "onnxruntime"):
+    for plan in ("default", "native", "onednn", "onnxruntime", "openvino"):
         session = _session(registry, "relu", plan)
         out = _run(session, x)
         if "Relu(NaN) = 0" in _differences(session):
@@ -224,7 +237,7 @@ def test_the_known_differences_are_real(registry):
     assert seen and all(seen.values()), seen
     x = _special_input((BATCH, *_dims("maxpool")), "nan")
     reference = np.isnan(_run(_session(registry, "maxpool", "numpy"), x)).sum()
-    for plan in ("default", "onednn", "onnxruntime"):
+    for plan in ("default", "native", "onednn", "onnxruntime", "openvino"):
         session = _session(registry, "maxpool", plan)
         out = _run(session, x)
         if "MaxPool drops NaN" in _differences(session):

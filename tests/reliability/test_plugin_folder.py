@@ -18,7 +18,6 @@ import numpy as np
 import pytest
 
 from dispatch.backend import load_registry
-from tuner.cli import main
 from dispatch.session import Session
 from tests.builders import ModelBuilder
 from tests.plugins.plugin_support import (
@@ -27,6 +26,7 @@ from tests.plugins.plugin_support import (
     fast_gelu_model,
     write_module,
 )
+from tuner.cli import main
 
 BUILTINS = ("numpy", "native")
 

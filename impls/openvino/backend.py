@@ -1,0 +1,45 @@
+"""The OpenVINO backend's discovery, availability, version and configuration: regions of the
+graph compiled by OpenVINO's CPU plugin. OpenVINO is imported only when a region is built,
+never by discovery, so that listing the backends (or importing ``dispatch``) stays cheap;
+availability and version come from the installed distribution's metadata.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+from typing import TYPE_CHECKING
+
+from dispatch.backend import Backend
+from dispatch.registry import Registry
+
+if TYPE_CHECKING:
+    from dispatch.config import Config
+
+
+class OpenVinoBackend(Backend):
+    """OpenVINO's CPU plugin on connected regions of the graph, offered to the tuner at several
+    granularities (single nodes, residual blocks, stages, maximal regions)."""
+
+    name = "openvino"
+    device = "cpu"
+
+    def availability(self) -> str | None:
+        if importlib.util.find_spec("openvino") is None:
+            return "openvino is not installed (pip install 'opdispatch[openvino]')"
+        return None
+
+    def version(self) -> str:
+        return f"openvino {importlib.metadata.version('openvino')}"
+
+    def configure(self, config: Config) -> None:
+        """Inference threads of the models compiled from now on (0: every core this process
+        may use)."""
+        from impls.openvino import region
+
+        region.SETTINGS["threads"] = int(config.threads or 0)
+
+    def register(self, registry: Registry) -> None:
+        from impls.openvino.region import impls
+
+        registry.add_table(impls)

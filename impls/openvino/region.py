@@ -1,0 +1,225 @@
+"""Regions of the graph as models compiled by OpenVINO's CPU plugin: the proposals and the
+region's standalone ONNX model come from :mod:`impls.regions` (shared with the onnxruntime
+backend); this module owns what accepts a node for OpenVINO (:func:`node_reason`: the ops,
+attributes and dtypes its ONNX frontend or CPU plugin runs differently from the reference are
+refused with the reason) and the building: the region's ONNX model read by OpenVINO's ONNX
+frontend, compiled once per region for the CPU (latency hint, one stream, float32 inference
+precision, the configured threads), and run through one infer request per thread, with inputs
+shared in place and outputs copied out of OpenVINO's buffers into arrays the caller owns.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+
+from dispatch.fusion import FusedNode
+from dispatch.graph import Graph, Node
+from dispatch.registry import ImplTable, Priority
+from impls import regions
+from impls.regions import region_model, region_reason, static_node_reason, usable_cores
+
+impls = ImplTable("openvino")
+
+#: set by OpenVinoBackend.configure; 0: every core this process may use
+SETTINGS: dict[str, int] = {"threads": 0}
+
+#: default-domain ops never offered to OpenVINO, with why
+UNSUPPORTED_OPS: dict[str, str] = {}
+
+#: dtypes the CPU plugin computes in a narrower type (it converts them at the model's edges and
+#: runs the kernels in the narrower one), so their values may change on the way through
+#: (measured: int64 2**40 through an Identity comes back 0)
+NARROWED: dict[np.dtype, str] = {
+    np.dtype(np.int64): "int32",
+    np.dtype(np.uint64): "int32",
+    np.dtype(np.float64): "float32",
+}
+
+#: ops that only move, select or convert integer elements; every other op on integer tensors
+#: computes wrongly in the CPU plugin (measured: int8 / uint8 Add, Sub, Mul, Neg and Abs
+#: saturate where ONNX wraps; int32 Div, Relu and comparisons go through float32, exact only
+#: below 2**24; uint32 Div and Abs are wrong)
+INTEGER_EXACT: frozenset[str] = frozenset({
+    "Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Concat", "Split",
+    "Slice", "Gather", "Expand", "Tile", "Where", "Cast",
+})
+
+#: ops measured to run right with empty (zero-size) tensors; others are refused them (measured
+#: with OpenVINO 2026.4: a Gather with empty indices kills the process with SIGFPE, an Expand to
+#: an empty shape returns [1, ...], ReduceMax / ReduceMin of an empty set give -+FLT_MAX where
+#: ONNX gives -+inf, a Split into num_outputs with an empty part fails to convert)
+EMPTY_EXACT: frozenset[str] = frozenset({
+    "Add", "Sub", "Mul", "Div", "Sum", "Min", "Max", "Sigmoid", "Equal", "Less", "Greater",
+    "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "Where", "ReduceSum", "ReduceMean",
+    "ReduceProd", "ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp",
+    "Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "Concat", "Slice", "Tile",
+})
+
+#: inputs and outputs that hold indices into a tensor or its dimensions (so every valid value
+#: fits in int32): they may be int64 at run time
+INDEX_INPUTS: dict[str, tuple[int, ...]] = {"Gather": (1,)}
+INDEX_OUTPUTS: dict[str, tuple[int, ...]] = {"MaxPool": (1,), "Shape": (0,), "Size": (0,)}
+
+#: reductions whose ``axes`` attribute the ONNX frontend ignores from opset 13 to 17 (it
+#: reduces over every axis instead; measured with OpenVINO 2026.4)
+AXES_ATTR_IGNORED: frozenset[str] = frozenset({"ReduceL1", "ReduceLogSum", "ReduceLogSumExp"})
+
+
+def _dtype_reason(node: Node) -> str | None:
+    """Why ``node``'s run-time tensors (constants are not checked: they are folded into the
+    compiled model) cannot be trusted to OpenVINO, else ``None``."""
+    index_inputs = {id(node.inputs[k]) for k in INDEX_INPUTS.get(node.op_type, ())
+                    if k < len(node.inputs) and node.inputs[k] is not None}
+    index_inputs |= {id(node.outputs[k]) for k in INDEX_OUTPUTS.get(node.op_type, ())
+                     if k < len(node.outputs)}
+    for v in [*node.inputs, *node.outputs]:
+        if v is None or v.dtype is None or v.is_const:
+            continue
+        if v.shape is not None and 0 in v.shape and node.op_type not in EMPTY_EXACT:
+            return (f"{v.name} is empty {list(v.shape)}: {node.op_type} is not known to run "
+                    "right on empty tensors in OpenVINO (a Gather with empty indices kills the "
+                    "process)")
+        dtype = np.dtype(v.dtype)
+        if dtype.kind not in "biuf":
+            return f"{v.name} is {dtype}, which OpenVINO's CPU plugin does not compute"
+        narrow = NARROWED.get(dtype)
+        if narrow is not None and id(v) not in index_inputs:
+            return (f"{v.name} is {dtype}, which OpenVINO's CPU plugin computes in {narrow} "
+                    f"(values beyond {narrow}'s range or precision change)")
+        if dtype.kind in "iu" and node.op_type not in INTEGER_EXACT and id(v) not in index_inputs:
+            return (f"{v.name} is {dtype}: OpenVINO's CPU plugin computes {node.op_type} on "
+                    "integers saturating (8-bit) or through float32 (32-bit), not as ONNX does")
+    return None
+
+
+def _op_reason(node: Node) -> str | None:
+    """Why OpenVINO's ONNX frontend or CPU plugin runs this ``node`` differently from the
+    reference (attributes and inputs it mishandles), else ``None``."""
+    op, attrs = node.op_type, node.attrs
+    if op in AXES_ATTR_IGNORED and 13 <= node.opset < 18 and attrs.get("axes"):
+        return f"OpenVINO's ONNX frontend ignores {op}'s axes attribute at opset {node.opset}"
+    if op == "ReduceLogSum" and attrs.get("noop_with_empty_axes") and (
+            len(node.inputs) < 2 or node.inputs[1] is None
+            or (node.inputs[1].is_const and np.asarray(node.inputs[1].const).size == 0)):
+        return "OpenVINO computes log(x) where noop_with_empty_axes makes it the identity"
+    if op == "Softmax" and node.opset < 13:
+        shape = node.inputs[0].shape
+        axis = int(attrs.get("axis", 1)) % max(len(shape), 1)
+        if int(np.prod(shape[axis + 1:])) != 1:  # else the 2-D coercion changes nothing
+            return ("OpenVINO's ONNX frontend runs Softmax before opset 13 along its axis alone, "
+                    "not over the input coerced into 2-D")
+    if op == "LRN" and int(attrs.get("size", 1)) % 2 == 0:
+        return "OpenVINO centres LRN's window differently from ONNX when size is even"
+    if op == "MaxPool" and len(node.outputs) > 1 and attrs.get("storage_order"):
+        return "OpenVINO's MaxPool indices differ from ONNX's when storage_order is 1"
+    if op == "Constant" and set(attrs) - {"value"}:
+        return "OpenVINO's ONNX frontend reads only the value attribute of Constant"
+    if op == "Dropout":
+        if any(v is not None and not v.is_const for v in node.inputs[1:]):
+            return "OpenVINO's ONNX frontend needs Dropout's ratio and training_mode constant"
+        if len(node.inputs) > 2 and node.inputs[2] is not None and np.asarray(node.inputs[2].const).any():
+            return "OpenVINO's ONNX frontend does not run Dropout in training mode"
+    if op == "Pad":
+        if attrs.get("mode") == "wrap":
+            return "OpenVINO's ONNX frontend has no wrap padding"
+        if any(v is not None and not v.is_const for v in node.inputs[1:]):
+            # measured: a run-time constant_value pads with 0
+            return "OpenVINO pads wrongly unless pads, constant_value and axes are constants"
+    return None
+
+
+def node_reason(node: Node) -> str | None:
+    """``None`` when OpenVINO can run ``node`` as the reference does, else why not."""
+    why = static_node_reason(node)
+    if why is not None:
+        return why
+    if node.op_type in UNSUPPORTED_OPS:
+        return f"{node.op_type}: {UNSUPPORTED_OPS[node.op_type]}"
+    return _dtype_reason(node) or _op_reason(node)
+
+
+def propose(graph: Graph) -> list[list[str]]:
+    """OpenVINO's regions of ``graph`` (see :func:`impls.regions.propose`); the nodes it
+    refuses are proposed alone too, so that the tuner records why (:func:`_supports`)."""
+    return regions.propose(graph, node_reason, refused_alone=True)
+
+
+def _supports(region: FusedNode) -> str | None:
+    return region_reason(region, node_reason)
+
+
+# ------------------------------------------------------------------------------------------
+# building
+# ------------------------------------------------------------------------------------------
+
+_CORE: Any = None
+_CORE_LOCK = threading.Lock()
+
+
+def core() -> Any:
+    """The process's one ``openvino.Core`` (created on first use; it holds the plugins)."""
+    global _CORE
+    with _CORE_LOCK:
+        if _CORE is None:
+            import openvino as ov
+
+            _CORE = ov.Core()
+        return _CORE
+
+
+def compile_config() -> dict[str, Any]:
+    """The CPU plugin's settings for a region: latency, one stream, the configured threads,
+    float32 inference (no bf16 / f16 where the CPU has them) and denormals kept: with
+    ``CPU_DENORMALS_OPTIMIZATION`` on, compiling sets flush-to-zero on the calling thread, and
+    numpy in that thread flushes denormals from then on (measured)."""
+    return {
+        "PERFORMANCE_HINT": "LATENCY",
+        "INFERENCE_NUM_THREADS": SETTINGS["threads"] or usable_cores(),
+        "NUM_STREAMS": "1",
+        "INFERENCE_PRECISION_HINT": "f32",
+        "CPU_DENORMALS_OPTIMIZATION": False,
+    }
+
+
+def compiled_model(region: FusedNode) -> Any:
+    """``region`` compiled for OpenVINO's CPU plugin (its ONNX model read by the ONNX
+    frontend)."""
+    ov_core = core()
+    model = ov_core.read_model(model=region_model(region).SerializeToString())
+    return ov_core.compile_model(model, "CPU", compile_config())
+
+
+@impls.register_region("compiled", propose=propose, priority=Priority.DEFAULT, supports=_supports)
+def build_region(region: FusedNode):
+    """A region as one model compiled by OpenVINO's CPU plugin, run with an infer request per
+    thread.
+
+    A compiled model may serve several threads at once, an infer request may not (it holds one
+    run's tensors), so each thread runs through its own. Outputs are copied out of the
+    request's buffers (``share_outputs=False``), which the next run of that request reuses, and
+    given the dtype of the region's outputs where the plugin returned another."""
+    compiled = compiled_model(region)
+    # by position: OpenVINO keeps the ONNX model's input and output order, not always its
+    # names (a region that is one Dropout or Identity gets its input renamed to its output)
+    if len(compiled.inputs) != len(region.inputs) or len(compiled.outputs) != len(region.outputs):
+        raise RuntimeError(f"OpenVINO compiled {len(compiled.inputs)} inputs and {len(compiled.outputs)} "
+                           f"outputs for a region of {len(region.inputs)} and {len(region.outputs)}")
+    dtypes = [np.dtype(v.dtype) for v in region.outputs]
+    local = threading.local()
+
+    def run(*arrays: np.ndarray) -> tuple[np.ndarray, ...]:
+        request = getattr(local, "request", None)
+        if request is None:
+            request = local.request = compiled.create_infer_request()
+        feeds = [np.require(a, requirements="C") for a in arrays]  # keeps 0-d arrays 0-d
+        results = request.infer(feeds, share_inputs=True, share_outputs=False)
+        outs = []
+        for k, dtype in enumerate(dtypes):
+            out = np.asarray(results[k])
+            outs.append(out if out.dtype == dtype else out.astype(dtype))
+        return tuple(outs)
+
+    return run

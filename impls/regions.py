@@ -1,0 +1,185 @@
+"""What the subgraph backends (onnxruntime, OpenVINO) share: the regions they offer the tuner
+(:func:`propose`: contiguous ranges of the topological order at several granularities, from
+single nodes through blocks and stages to the maximal supported ranges), a region as a
+standalone ONNX model (:func:`region_model`: its nodes, the constants they read as
+initializers, its inputs and outputs with static shapes, which each backend compiles its own
+way) and the checks every such backend makes (:func:`static_node_reason`,
+:func:`region_reason`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from dispatch.fusion import FusedNode
+from dispatch.graph import Graph, Node
+
+#: ``node_reason(node)``: ``None`` when a backend can run ``node``, else why not
+NodeReason = Callable[[Node], str | None]
+
+
+def static_node_reason(node: Node) -> str | None:
+    """``None`` when ``node`` is of a standard ONNX domain and every input it reads has a
+    static shape and a dtype (a region model needs both), else why not."""
+    if node.domain not in ("", "ai.onnx"):
+        return f"domain {node.domain!r} is not a standard ONNX domain"
+    for v in node.inputs:
+        if v is not None and (v.shape is None or v.dtype is None):
+            return f"{v.name} has no static shape or dtype"
+    return None
+
+
+def region_reason(region: FusedNode, node_reason: NodeReason) -> str | None:
+    """``None`` when every node of ``region`` passes ``node_reason`` and the region produces
+    something, else why not (the ``supports`` of a region implementation)."""
+    for n in region.nodes:
+        why = node_reason(n)
+        if why is not None:
+            return f"node {n.name!r} ({n.op_type}): {why}"
+    if not region.outputs:
+        return "the region produces nothing that is read outside it"
+    return None
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity mask where the OS has one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+# ------------------------------------------------------------------------------------------
+# proposals
+# ------------------------------------------------------------------------------------------
+
+
+def _cut_points(graph: Graph) -> list[int]:
+    """Positions ``k`` such that exactly one non-constant tensor is live between node ``k``
+    and node ``k + 1`` of the topological order (graph inputs count as live from the start)."""
+    last_use: dict[str, int] = {}
+    for k, n in enumerate(graph.nodes):
+        for v in n.inputs:
+            if v is not None and not v.is_const:
+                last_use[v.name] = k
+    end = len(graph.nodes)
+    for v in graph.outputs:
+        last_use[v.name] = end
+    live: set[str] = {v.name for v in graph.inputs if last_use.get(v.name, -1) >= 0}
+    cuts = []
+    for k, n in enumerate(graph.nodes):
+        live = {name for name in live if last_use.get(name, -1) > k}
+        live |= {v.name for v in n.outputs if last_use.get(v.name, -1) > k}
+        if len(live) == 1 and k < end - 1:
+            cuts.append(k)
+    return cuts
+
+
+def _cut_value(graph: Graph, k: int) -> tuple[int, ...] | None:
+    """Shape of the one tensor live after node ``k`` (see :func:`_cut_points`)."""
+    consumers_after = {v.name for n in graph.nodes[k + 1:] for v in n.inputs if v is not None}
+    for n in graph.nodes[: k + 1]:
+        for v in n.outputs:
+            if v.name in consumers_after:
+                return v.shape
+    return None
+
+
+def propose(graph: Graph, node_reason: NodeReason, *, refused_alone: bool = False) -> list[list[str]]:
+    """Regions of the nodes that ``node_reason`` accepts, each once, all contiguous ranges of
+    the graph's topological order (so convex: no path leaves a range and comes back):
+
+    - every supported node alone (so the backend competes per op, call overhead included);
+    - *blocks*: the ranges between cut points, where exactly one non-constant tensor is live
+      (a residual block, an inception module, a fire module);
+    - *stages*: runs of consecutive blocks whose cut tensors keep one shape (a ResNet stage);
+    - the maximal ranges of supported nodes (the whole graph when the backend runs every op).
+
+    With ``refused_alone`` every refused node alone too, so that the region's ``supports``
+    refuses it with its reason where the tuner lists why each candidate was rejected."""
+    nodes = graph.nodes
+    ok = [node_reason(n) is None for n in nodes]
+    runs: list[tuple[int, int]] = []  # maximal ranges [a, b] of supported nodes
+    start = None
+    for k, good in enumerate([*ok, False]):
+        if good and start is None:
+            start = k
+        elif not good and start is not None:
+            runs.append((start, k - 1))
+            start = None
+    cuts = _cut_points(graph)
+    bounds = [-1, *cuts, len(nodes) - 1]
+    blocks = [(bounds[i] + 1, bounds[i + 1]) for i in range(len(bounds) - 1) if bounds[i] + 1 <= bounds[i + 1]]
+    stages: list[tuple[int, int]] = []
+    for a, b in blocks:
+        if stages and _cut_value(graph, stages[-1][1]) == _cut_value(graph, b) and b < len(nodes) - 1:
+            stages[-1] = (stages[-1][0], b)
+        else:
+            stages.append((a, b))
+    ranges: list[tuple[int, int]] = [(k, k) for k, good in enumerate(ok) if good or refused_alone]
+    for a, b in [*blocks, *stages, *runs]:
+        for ra, rb in runs:  # keep the supported part of each range
+            lo, hi = max(a, ra), min(b, rb)
+            if lo <= hi:
+                ranges.append((lo, hi))
+    seen: set[tuple[int, int]] = set()
+    out = []
+    for a, b in ranges:
+        if (a, b) not in seen:
+            seen.add((a, b))
+            out.append([n.name for n in nodes[a: b + 1]])
+    return out
+
+
+# ------------------------------------------------------------------------------------------
+# the region as an ONNX model
+# ------------------------------------------------------------------------------------------
+
+
+def _attribute(name: str, value: Any):
+    from onnx import helper, numpy_helper
+
+    if isinstance(value, np.ndarray):
+        return helper.make_attribute(name, numpy_helper.from_array(value))
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, list | tuple):
+        value = [v.item() if isinstance(v, np.generic) else v for v in value]
+    return helper.make_attribute(name, value)
+
+
+def region_model(region: FusedNode):
+    """The ONNX model of ``region``: its nodes, the constants they read (initializers), its
+    inputs and outputs with their static shapes and dtypes."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    inits: dict[str, Any] = {}
+    protos = []
+    for n in region.nodes:
+        for v in n.inputs:
+            if v is not None and v.is_const and v.name not in inits:
+                inits[v.name] = numpy_helper.from_array(np.asarray(v.const), v.name)
+        attrs = [_attribute(k, a) for k, a in n.attrs.items() if not (isinstance(a, list) and not a)]
+        proto = helper.make_node(n.op_type, [v.name if v is not None else "" for v in n.inputs],
+                                 [v.name for v in n.outputs], name=n.name, domain=n.domain)
+        proto.attribute.extend(attrs)
+        protos.append(proto)
+
+    def info(v):
+        return helper.make_tensor_value_info(v.name, helper.np_dtype_to_tensor_dtype(np.dtype(v.dtype)), list(v.shape))
+
+    graph = helper.make_graph(protos, "region", [info(v) for v in region.inputs],
+                              [info(v) for v in region.outputs], list(inits.values()))
+    opsets: dict[str, int] = {}
+    for n in region.nodes:
+        opsets[n.domain] = max(opsets.get(n.domain, 0), n.opset)
+    imports = [helper.make_opsetid(d, v) for d, v in opsets.items()]
+    model = helper.make_model(graph, opset_imports=imports, producer_name="opdispatch")
+    model.ir_version = max(helper.find_min_ir_version_for(imports), 7)
+    onnx.checker.check_model(model)
+    return model
