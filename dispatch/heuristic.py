@@ -107,7 +107,9 @@ def region_proposals(
     graph: Graph, registry: Registry, order: Sequence[str]
 ) -> dict[str, list[tuple[Implementation, list[str]]]]:
     """backend -> (region implementation, node names in graph order) for every region the
-    region implementations of the backends in ``order`` propose for ``graph``, largest first.
+    region implementations of the backends in ``order`` propose for ``graph``, largest first
+    (of two implementations proposing the same region, the higher priority first: a settings
+    variant registered at a lower priority is the tuner's to choose, never the untuned plan's).
     A proposer that raises proposes nothing (its backend stays usable per node)."""
     index = {n.name: k for k, n in enumerate(graph.nodes)}
     out: dict[str, list[tuple[Implementation, list[str]]]] = {}
@@ -120,7 +122,7 @@ def region_proposals(
         for names in sets:
             if names and all(n in index for n in names):
                 found.append((impl, sorted(set(names), key=index.__getitem__)))
-        found.sort(key=lambda t: -len(t[1]))
+        found.sort(key=lambda t: (-len(t[1]), -t[0].priority))  # larger, then the default variant
     return out
 
 

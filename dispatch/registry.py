@@ -21,7 +21,7 @@ the tuner checks its other implementations against that reference like any other
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -92,6 +92,11 @@ class Implementation:
     #: a region implementation's proposer: ``propose(graph) -> [[node name, ...], ...]``,
     #: the convex node sets it offers to run as one step (see dispatch.fusion.region_node)
     propose: Callable[[Any], list[list[str]]] | None = None
+    #: the library settings this implementation builds its kernels with (e.g. onnxruntime's
+    #: graph optimisation level): variants of one library differ only here, and the tuner
+    #: measures each like any other candidate; the plan records the implementation, so its
+    #: settings, and a plan is refused when the library's version changes
+    settings: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def is_region(self) -> bool:
@@ -205,12 +210,14 @@ class ImplTable:
         propose: Callable[[Any], list[list[str]]],
         priority: int = Priority.DEFAULT,
         supports: SupportsFn | None = None,
+        settings: Mapping[str, Any] | None = None,
     ) -> Callable[[BuildFn], BuildFn]:
         """Decorate the build function of a region implementation ``Region.{backend}.{variant}``:
         ``propose(graph)`` lists the convex node sets it offers (several granularities, so the
         tuner can mix it with other backends); ``supports`` and ``build`` receive the region's
         :class:`dispatch.fusion.FusedNode` (op type ``Region``). Regions read and write the
-        standard layout."""
+        standard layout. ``settings`` names the library settings the build uses (shown in
+        reports; a variant of the same library with other settings is another registration)."""
         from dispatch.fusion import REGION_OP
 
         def deco(build: BuildFn) -> BuildFn:
@@ -224,6 +231,7 @@ class ImplTable:
                     supports_fn=supports,
                     doc=(build.__doc__ or "").strip().split("\n")[0],
                     propose=propose,
+                    settings=dict(settings or {}),
                 )
             )
             return build

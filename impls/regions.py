@@ -89,6 +89,19 @@ def _cut_value(graph: Graph, k: int) -> tuple[int, ...] | None:
     return None
 
 
+def _maximal_runs(ok: list[bool]) -> list[tuple[int, int]]:
+    """The maximal ranges ``[a, b]`` of consecutive ``True`` in ``ok``."""
+    runs: list[tuple[int, int]] = []
+    start = None
+    for k, good in enumerate([*ok, False]):
+        if good and start is None:
+            start = k
+        elif not good and start is not None:
+            runs.append((start, k - 1))
+            start = None
+    return runs
+
+
 def propose(graph: Graph, node_reason: NodeReason, *, refused_alone: bool = False) -> list[list[str]]:
     """Regions of the nodes that ``node_reason`` accepts, each once, all contiguous ranges of
     the graph's topological order (so convex: no path leaves a range and comes back):
@@ -103,14 +116,7 @@ def propose(graph: Graph, node_reason: NodeReason, *, refused_alone: bool = Fals
     refuses it with its reason where the tuner lists why each candidate was rejected."""
     nodes = graph.nodes
     ok = [node_reason(n) is None for n in nodes]
-    runs: list[tuple[int, int]] = []  # maximal ranges [a, b] of supported nodes
-    start = None
-    for k, good in enumerate([*ok, False]):
-        if good and start is None:
-            start = k
-        elif not good and start is not None:
-            runs.append((start, k - 1))
-            start = None
+    runs = _maximal_runs(ok)
     cuts = _cut_points(graph)
     bounds = [-1, *cuts, len(nodes) - 1]
     blocks = [(bounds[i] + 1, bounds[i + 1]) for i in range(len(bounds) - 1) if bounds[i] + 1 <= bounds[i + 1]]
@@ -133,6 +139,24 @@ def propose(graph: Graph, node_reason: NodeReason, *, refused_alone: bool = Fals
             seen.add((a, b))
             out.append([n.name for n in nodes[a: b + 1]])
     return out
+
+
+#: the fewest nodes of a region on which library settings are tuned (see :func:`large_regions`)
+SETTINGS_MIN_NODES = 8
+
+
+def large_regions(graph: Graph, node_reason: NodeReason,
+                  min_nodes: int = SETTINGS_MIN_NODES) -> list[list[str]]:
+    """The regions of :func:`propose` with at least ``min_nodes`` nodes (stages, large
+    blocks), and the maximal ranges of supported nodes whatever their size (the whole graph
+    when the library runs every op): where a library's settings are worth measuring. Settings
+    variants are offered on these only, which bounds the tuning they cost: the regions that
+    can dominate a model's time, not every node and small block."""
+    nodes = graph.nodes
+    maximal = {(a, b) for a, b in _maximal_runs([node_reason(n) is None for n in nodes])}
+    index = {n.name: k for k, n in enumerate(nodes)}
+    return [r for r in propose(graph, node_reason)
+            if len(r) >= min_nodes or (index[r[0]], index[r[-1]]) in maximal]
 
 
 # ------------------------------------------------------------------------------------------

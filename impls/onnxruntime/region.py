@@ -5,12 +5,16 @@ ranges of supported nodes — and the region's standalone ONNX model come from
 :mod:`impls.regions` (shared with the OpenVINO backend); this module owns what accepts a node
 for onnxruntime and the building: an InferenceSession with every graph optimisation, run with
 IO binding (inputs bound in place, outputs allocated by onnxruntime and handed over without a
-copy).
+copy). Library settings are candidates too: ``Region.onnxruntime.session_extended`` builds the
+large regions without the layout optimisations (the NCHWc transformer), for the tuner to
+measure against the default build; the plan names the variant, so it records the settings.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -41,12 +45,22 @@ def node_reason(node: Node) -> str | None:
     return why
 
 
-def session(region: FusedNode):
-    """An InferenceSession for ``region`` (every graph optimisation, the configured threads)."""
+#: onnxruntime's graph optimisation levels a region can be built with: ``all`` includes the
+#: layout optimisations (the NCHWc transformer: blocked convolutions and reorders), which win
+#: on some convolutions and machines and lose on others; ``extended`` stops before them
+OPTIMIZATION_LEVELS = ("all", "extended")
+
+
+def session(region: FusedNode, optimization: str = "all"):
+    """An InferenceSession for ``region`` (graph optimisation ``optimization``, one of
+    :data:`OPTIMIZATION_LEVELS`; the configured threads)."""
     import onnxruntime as ort
 
     so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    so.graph_optimization_level = {
+        "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+        "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+    }[optimization]
     so.log_severity_level = 3
     so.intra_op_num_threads = SETTINGS["intra_op_threads"] or _usable_cores()
     so.inter_op_num_threads = 1
@@ -65,18 +79,37 @@ def propose(graph: Graph) -> list[list[str]]:
     return regions.propose(graph, node_reason)
 
 
+def propose_large(graph: Graph) -> list[list[str]]:
+    """The large regions, where the settings variants are measured (see
+    :func:`impls.regions.large_regions`)."""
+    return regions.large_regions(graph, node_reason)
+
+
 def _supports(region: FusedNode) -> str | None:
     return region_reason(region, node_reason)
 
 
-@impls.register_region("session", propose=propose, priority=Priority.DEFAULT, supports=_supports)
+@impls.register_region("session", propose=propose, priority=Priority.DEFAULT, supports=_supports,
+                       settings={"graph_optimization_level": "all"})
 def build_region(region: FusedNode):
     """A region as one onnxruntime InferenceSession, run with IO binding.
 
     ``InferenceSession.run_with_iobinding`` may be called from several threads at once, an
     IO binding may not (it holds one run's inputs and outputs), so each thread binds through
     its own."""
-    sess = session(region)
+    return _bound_run(session(region), region)
+
+
+@impls.register_region("session_extended", propose=propose_large, priority=Priority.FALLBACK,
+                       supports=_supports, settings={"graph_optimization_level": "extended"})
+def build_region_extended(region: FusedNode):
+    """A large region as one onnxruntime InferenceSession without the layout optimisations
+    (no NCHWc transformer); a settings variant the tuner measures, never the untuned choice."""
+    return _bound_run(session(region, "extended"), region)
+
+
+def _bound_run(sess: Any, region: FusedNode) -> Callable[..., tuple[np.ndarray, ...]]:
+    """The region's run function over ``sess``, with one IO binding per calling thread."""
     in_names = [v.name for v in region.inputs]
     out_names = [v.name for v in region.outputs]
     local = threading.local()

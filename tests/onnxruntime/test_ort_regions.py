@@ -4,6 +4,7 @@ per region — checked against the numpy reference through the tuner's own measu
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 
@@ -149,3 +150,72 @@ def test_discovery_does_not_import_onnxruntime():
             "assert 'onnxruntime' in r.available_backends(); "
             "assert 'onnxruntime' not in sys.modules, 'imported at discovery'")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+# -- settings variants ---------------------------------------------------------------------
+
+EXTENDED = "Region.onnxruntime.session_extended"
+
+
+def test_the_settings_variant_is_registered_with_its_settings_and_offered_on_large_regions(reg):
+    """onnxruntime without its layout optimisations is a second candidate on the large regions
+    (and the maximal ones, whatever their size) only: the tuning it adds stays bounded."""
+    impl = reg.impl(EXTENDED)
+    assert impl.settings == {"graph_optimization_level": "extended"}
+    assert reg.impl("Region.onnxruntime.session").settings == {"graph_optimization_level": "all"}
+    graph = Session(light_model("resnet50", seed=0), backends=["numpy"], registry=reg,
+                    store=False).graph
+    every, large = propose(graph), impl.propose(graph)
+    assert set(map(tuple, large)) <= set(map(tuple, every))
+    assert [n.name for n in graph.nodes] in large  # the whole graph
+    assert 1 < len(large) < len(every) / 10, (len(large), len(every))
+    assert all(len(r) >= 8 for r in large)
+
+
+def test_the_settings_variant_matches_the_reference(reg):
+    graph = Session(small_cnn(), backends=["numpy"], registry=reg, store=False).graph
+    cands = [c for c in enumerate_candidates(graph, reg, ["numpy", "onnxruntime"]).candidates
+             if c.impl.name == EXTENDED]
+    assert cands, "no candidate of the settings variant"
+    for cand in cands:
+        m = measure_candidate(reg, cand, time_cap_s=0.01, warmup=0, min_repeats=1)
+        assert m.error is None, (cand.id, m.error)
+
+
+def test_a_plan_with_settings_round_trips_through_json_and_the_store(reg, tmp_path):
+    """The variant (so its settings) is what the stored plan names; a Session looks it up and
+    runs it; the same plan under a key whose onnxruntime version differs is refused with
+    the reason."""
+    from dispatch.plan import Plan
+    from tuner.store import PlanStore
+    from tuner.tune import plan_key
+
+    model = small_cnn()
+    graph = Session(model, backends=["numpy"], registry=reg, store=False).graph
+    plan = heuristic_plan(graph, reg, ["onnxruntime", "numpy"])  # one region: the whole graph
+    whole = [n.name for n in graph.nodes]
+    plan.steps[0].impl = EXTENDED
+    assert plan.steps[0].nodes == whole
+    again = Plan.from_json(plan.to_json())
+    assert again.steps[0].impl == EXTENDED
+    backends = ["onnxruntime", "numpy"]
+    key = plan_key(graph, reg, backends, "latency")
+    again.provenance = dict(again.provenance, source="tuned", software=key.software)
+    store = tmp_path / "plans.sqlite"
+    with PlanStore(store) as plans:
+        plans.put_plan(key, again)
+    sess = Session(model, registry=reg, store=store, backends=backends)
+    assert sess.plan_source == "store", sess.plan_note
+    assert sess.plan.steps[0].impl == EXTENDED
+    x = np.random.default_rng(0).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    ref = Session(model, registry=reg, store=False, backends=["numpy"]).run(None, {"x": x})
+    np.testing.assert_allclose(sess.run(None, {"x": x})[0], ref[0], rtol=1e-4, atol=1e-5)
+
+    older = dict(key.software, backends=dict(key.software["backends"], onnxruntime="onnxruntime 0.1"))
+    stale = dataclasses.replace(key, software=older)
+    other = tmp_path / "other.sqlite"
+    with PlanStore(other) as plans:
+        plans.put_plan(stale, again)
+    sess = Session(model, registry=reg, store=other, backends=backends)
+    assert sess.plan_source == "heuristic"
+    assert "onnxruntime" in sess.plan_note and "0.1" in sess.plan_note, sess.plan_note
