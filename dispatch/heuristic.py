@@ -159,7 +159,18 @@ def check_supported_ops(graph: Graph, registry: Registry, order: Sequence[str]) 
     """Raise one error listing every operator of ``graph`` that no allowed backend implements
     (per node, or in a region that a subgraph backend proposes)."""
     missing: dict[str, list[str]] = {}
-    in_regions = {n for found in region_proposals(graph, registry, order).values() for _, names in found for n in names}
+    in_regions: set[str] = set()
+    singles: dict[str, list[Implementation]] = {}
+    for found in region_proposals(graph, registry, order).values():
+        for impl, names in found:
+            if len(names) > 1:
+                in_regions.update(names)
+            else:  # a backend may propose a node alone only to say why it refuses it
+                singles.setdefault(names[0], []).append(impl)
+    for name, impls in singles.items():
+        if name not in in_regions and any(
+                i.supports(region_node(graph, [name])) is None for i in impls):
+            in_regions.add(name)
     for node in graph.nodes:
         ok = node.name in in_regions or (registry.has_op(node.key_op) and any(
             i.backend in order for i in registry.impls_for(node.key_op)

@@ -216,13 +216,13 @@ def _blocky_cnn(seed: int = 0):
 POOL_NORM_CONCAT = ("MaxPool", "AveragePool", "GlobalAveragePool", "BatchNormalization", "Concat")
 
 
-def test_default_plan_stays_in_a_native_layout():
+def test_native_first_plan_stays_in_a_native_layout():
     """The untuned plan runs pooling, BatchNormalization and Concat in the blocked layout the
     convolutions produce: the only conversion at run time is the pooled output to the
     standard layout Flatten reads."""
     reg = registry()
     model = _blocky_cnn()
-    sess = Session(model, registry=reg, store=False)
+    sess = Session(model, backends=["native", "numpy"], registry=reg, store=False)
     steps = {s.op: s for s in sess.plan.steps if s.op in POOL_NORM_CONCAT}
     assert set(steps) == set(POOL_NORM_CONCAT)
     for op, step in steps.items():
