@@ -1,5 +1,7 @@
 """End-to-end latency on exported real-architecture models (bench/models/export.py: BERT,
-GPT-2, ViT, ConvNeXt-tiny, MobileNetV2, EfficientNet-B0; batch 1, random weights), every
+GPT-2, ViT, ConvNeXt-tiny, MobileNetV2, EfficientNet-B0; batch 1, random weights) and onnx's
+nine light architectures (``dispatch.zoo``: AlexNet, DenseNet-121, Inception v1/v2, ResNet-50,
+ShuffleNet, SqueezeNet, VGG-19, ZFNet-512; ``OPDISPATCH_BENCH_LIGHT=0`` leaves them out), every
 library side by side in one run, one pytest-benchmark group per model (``models-NAME``):
 
 * ``onnxruntime`` — a plain InferenceSession (all graph optimisations, intra-op threads =
@@ -36,18 +38,24 @@ import tempfile
 import time
 
 import numpy as np
+import onnx
 import pytest
 
 from bench.models.export import MODELS, model_dir
 from dispatch import Session
 from dispatch.backend import load_registry
 from dispatch.errors import ModelLoadError, OpDispatchError, UnsupportedOpError
+from dispatch.zoo import LIGHT_MODELS, light_model
 
 ort = pytest.importorskip("onnxruntime", reason="onnxruntime is not installed: it is the baseline")
 
 MODEL_DIR = model_dir()
 EXPORTED = [n for n in MODELS if (MODEL_DIR / f"{n}.onnx").exists()]
-if not EXPORTED:
+#: onnx's light architectures (``dispatch.zoo``, seeded random weights), written to
+#: MODEL_DIR/light/ on first use; ``OPDISPATCH_BENCH_LIGHT=0`` leaves them out
+LIGHT = [] if os.environ.get("OPDISPATCH_BENCH_LIGHT", "1") == "0" else list(LIGHT_MODELS)
+ALL = EXPORTED + LIGHT
+if not ALL:
     pytest.skip(f"no exported model in {MODEL_DIR}: run `python bench/models/export.py` "
                 "(or set OPDISPATCH_BENCH_MODELS)", allow_module_level=True)
 
@@ -61,14 +69,28 @@ _tuned: dict[str, tuple] = {}
 
 
 def _path(name: str) -> str:
+    if name in LIGHT:
+        path = MODEL_DIR / "light" / f"{name}.onnx"
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            onnx.save(light_model(name, seed=0), str(path))
+        return str(path)
     return str(MODEL_DIR / f"{name}.onnx")
 
 
 def _feeds(name: str) -> dict[str, np.ndarray]:
     """The same seeded inputs for every variant: token ids in [0, 1000), all-ones attention
-    masks, standard normal images."""
+    masks, standard normal images (the light architectures: every graph input)."""
     rng = np.random.default_rng(0)
     out = {}
+    if name in LIGHT:
+        graph = onnx.load(_path(name), load_external_data=False).graph
+        weights = {i.name for i in graph.initializer}
+        for i in graph.input:
+            if i.name not in weights:
+                shape = [d.dim_value for d in i.type.tensor_type.shape.dim]
+                out[i.name] = rng.standard_normal(shape).astype(np.float32)
+        return out
     for iname, (shape, dtype) in MODELS[name].inputs.items():
         if dtype == "int64":
             out[iname] = (np.ones(shape, np.int64) if "mask" in iname
@@ -105,7 +127,7 @@ def _tune_first(request):
     selected = {it.callspec.params["name"] for it in request.session.items
                 if getattr(it, "module", None) is not None and it.module.__name__ == here
                 and it.originalname == "test_tuned_plan"}
-    for name in EXPORTED:
+    for name in ALL:
         if name in selected:
             _tune(name)
     gc.collect()
@@ -139,7 +161,7 @@ def _collect_after():
     gc.collect()
 
 
-@pytest.mark.parametrize("name", EXPORTED)
+@pytest.mark.parametrize("name", ALL)
 def test_onnxruntime(benchmark, name):
     """A plain InferenceSession: all graph optimisations, one intra-op thread per usable core."""
     _check_loads(name)
@@ -154,7 +176,7 @@ def test_onnxruntime(benchmark, name):
     _time(benchmark, sess.run, None, _feeds(name))
 
 
-@pytest.mark.parametrize("name", EXPORTED)
+@pytest.mark.parametrize("name", ALL)
 def test_openvino(benchmark, name):
     """A plain OpenVINO compiled model on the CPU with the latency hint (one infer request)."""
     ov = pytest.importorskip("openvino", reason="openvino is not installed")
@@ -167,7 +189,7 @@ def test_openvino(benchmark, name):
     _time(benchmark, request.infer, _feeds(name))
 
 
-@pytest.mark.parametrize("name", EXPORTED)
+@pytest.mark.parametrize("name", ALL)
 def test_default_session(benchmark, name):
     """The untuned plan a plain ``Session(path, store=False)`` runs (configured backend order)."""
     _check_loads(name)
@@ -179,7 +201,7 @@ def test_default_session(benchmark, name):
 
 
 @pytest.mark.parametrize("backend", [*BACKENDS, "numpy"])
-@pytest.mark.parametrize("name", EXPORTED)
+@pytest.mark.parametrize("name", ALL)
 def test_backend_plan(benchmark, name, backend):
     """The untuned plan of one backend, numpy for what it does not run (numpy: alone)."""
     _check_loads(name)
@@ -195,7 +217,7 @@ def test_backend_plan(benchmark, name, backend):
     _time(benchmark, sess.run, None, _feeds(name))
 
 
-@pytest.mark.parametrize("name", EXPORTED)
+@pytest.mark.parametrize("name", ALL)
 def test_tuned_plan(benchmark, name):
     """The tuned plan, run by a Session that takes it from the store (no tuning in the timing)."""
     _check_loads(name)

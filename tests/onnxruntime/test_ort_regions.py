@@ -210,6 +210,14 @@ def test_a_plan_with_settings_round_trips_through_json_and_the_store(reg, tmp_pa
     x = np.random.default_rng(0).standard_normal((1, 3, 16, 16)).astype(np.float32)
     ref = Session(model, registry=reg, store=False, backends=["numpy"]).run(None, {"x": x})
     np.testing.assert_allclose(sess.run(None, {"x": x})[0], ref[0], rtol=1e-4, atol=1e-5)
+    # the report shows the settings the step runs with
+    from tuner.report import build_report
+
+    rep = build_report(sess)
+    nodes = rep.table[rep.table["kind"] == "node"]
+    assert set(nodes["settings"]) == {"graph_optimization_level=extended"}
+    assert "graph_optimization_level=extended" in rep.render("text")
+    assert "graph_optimization_level=extended" in rep.render("html")
 
     older = dict(key.software, backends=dict(key.software["backends"], onnxruntime="onnxruntime 0.1"))
     stale = dataclasses.replace(key, software=older)

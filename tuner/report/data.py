@@ -26,7 +26,7 @@ FORMATS = ("text", "markdown", "csv", "json", "html")
 #: Columns of :attr:`PlanReport.table`, in order.
 COLUMNS = (
     "order", "kind", "step", "name", "op", "step_op", "step_nodes", "shapes", "impl",
-    "backend", "layouts_in", "layouts_out", "when", "median_ms", "spread_ms", "samples",
+    "settings", "backend", "layouts_in", "layouts_out", "when", "median_ms", "spread_ms", "samples",
     "share", "time_source", "runner_up", "runner_up_backend", "runner_up_ms",
     "runner_up_delta_ms", "n_rejected", "rejected", "cost_bytes", "why",
 )

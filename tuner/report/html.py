@@ -66,7 +66,7 @@ def render_html(rep: ReportData) -> str:
     else:
         parts.append('<p class="muted">no measured times to chart</p>')
     parts.append("<h2>Steps</h2><table><tr>" + "".join(
-        f"<th>{e(h)}</th>" for h in ("#", "node", "op", "shapes", "implementation", "backend",
+        f"<th>{e(h)}</th>" for h in ("#", "node", "op", "shapes", "implementation", "settings", "backend",
                                      "layouts in → out", "median ms", "spread", "share",
                                      "runner-up", "runner-up ms", "delta ms", "rejected")) + "</tr>")
     for r in rep.table.itertuples(index=False):
@@ -80,7 +80,7 @@ def render_html(rep: ReportData) -> str:
         idx = "" if r.kind == "converter" else str(r.step)
         parts.append(
             f"<tr{cls}>{_td(idx, True)}{_td(r.name)}{_td(r.op)}{_td(r.shapes)}{_td(r.impl)}"
-            f"{_td(r.backend)}{_td(f'{r.layouts_in} → {r.layouts_out}')}"
+            f"{_td(r.settings)}{_td(r.backend)}{_td(f'{r.layouts_in} → {r.layouts_out}')}"
             f"{_td(fmt_ms(r.median_ms), True)}{_td(fmt_ms(r.spread_ms), True)}"
             f"{_td(fmt_share(r.share), True)}{_td(r.runner_up)}{_td(fmt_ms(r.runner_up_ms), True)}"
             f"{_td(fmt_delta(r.runner_up_delta_ms), True)}<td>{rej}</td></tr>")

@@ -127,7 +127,8 @@ def aligned(rows: Sequence[Sequence[Any]], *, max_width: int = 48,
 
 def _step_table_rows(rep: ReportData) -> list[list[str]]:
     """The steps and converters in execution order, header first."""
-    header = ["#", "node", "op", "shapes", "implementation", "backend", "layouts in -> out",
+    header = ["#", "node", "op", "shapes", "implementation", "settings", "backend",
+              "layouts in -> out",
               "median ms", "spread", "share", "runner-up", "runner-up ms", "delta ms", "rejected"]
     out = [header]
     for r in rep.table.itertuples(index=False):
@@ -143,7 +144,8 @@ def _step_table_rows(rep: ReportData) -> list[list[str]]:
         median = fmt_ms(r.median_ms) if r.kind == "converter" or is_known(r.median_ms) or not str(
             r.time_source).startswith("in step") else f"(step {r.step})"
         out.append([
-            idx, r.name if r.kind == "node" else f"[{r.name}]", r.op, r.shapes, r.impl, r.backend,
+            idx, r.name if r.kind == "node" else f"[{r.name}]", r.op, r.shapes, r.impl,
+            r.settings or "-", r.backend,
             f"{r.layouts_in or '-'} -> {r.layouts_out}", median, fmt_ms(r.spread_ms),
             fmt_share(r.share), r.runner_up or "", fmt_ms(r.runner_up_ms),
             fmt_delta(r.runner_up_delta_ms), rej,
@@ -187,7 +189,7 @@ def render_text(rep: ReportData, *, rejected: bool = False) -> str:
         parts.append(f"  note: {note}")
     parts += ["", "Steps in execution order (converters in [brackets]; b = converted at build "
                   "time; share = of the sum of parts):", ""]
-    parts.append(aligned(_step_table_rows(rep), max_width=40, numeric=(7, 8, 9, 11, 12)))
+    parts.append(aligned(_step_table_rows(rep), max_width=40, numeric=(8, 9, 10, 12, 13)))
     if rep.summary.get("validated"):
         parts += ["", "Plans validated end to end by the tuner:", ""]
         parts.append(aligned(_validated_rows(rep, mark_winner=True), max_width=60,
@@ -219,7 +221,7 @@ def render_markdown(rep: ReportData) -> str:
     if rep.notes:
         parts += [""] + [f"- note: {n}" for n in rep.notes]
     parts += ["", "## Steps", ""]
-    parts.append(markdown_table(_step_table_rows(rep), numeric=(7, 8, 9, 11, 12)))
+    parts.append(markdown_table(_step_table_rows(rep), numeric=(8, 9, 10, 12, 13)))
     if rep.summary.get("validated"):
         parts += ["", "## Plans validated end to end", ""]
         parts.append(markdown_table(_validated_rows(rep, mark_winner=False), numeric=(1, 2, 3, 4)))

@@ -150,7 +150,7 @@ def _build(src: Sources) -> PlanReport:
         rows.append({
             "kind": "converter", "step": pd.NA, "name": f"convert {c.value} {c.src}->{c.dst}",
             "op": "Converter", "step_op": "Converter", "step_nodes": ", ".join(c.consumers),
-            "shapes": shape_text(v), "impl": " > ".join(c.chain),
+            "shapes": shape_text(v), "impl": " > ".join(c.chain), "settings": "",
             "backend": _converter_backend(src, c), "layouts_in": c.src, "layouts_out": c.dst,
             "when": "build" if c.at_build else "run", "median_ms": t["median_ms"],
             "spread_ms": t["spread_ms"], "samples": t["samples"],
@@ -181,7 +181,8 @@ def _build(src: Sources) -> PlanReport:
                 "kind": "node", "step": s, "name": name,
                 "op": node.op_type if node is not None else (step.op if len(step.nodes) == 1 else ""),
                 "step_op": step.op, "step_nodes": nodes_label(step.nodes),
-                "shapes": node_shapes(node), "impl": step.impl, "backend": step.backend,
+                "shapes": node_shapes(node), "impl": step.impl,
+                "settings": _settings_text(src, step.impl), "backend": step.backend,
                 "layouts_in": ",".join(step.layouts_in), "layouts_out": ",".join(step.layouts_out),
                 "when": "run",
                 "median_ms": t["median_ms"] if first else None,
@@ -215,6 +216,18 @@ def _build(src: Sources) -> PlanReport:
         rejections[col] = pd.to_numeric(rejections[col], errors="coerce").astype("float64")
     summary = summarise(src, table, times, conv_times, total_parts)
     return PlanReport(plan, graph, table, rejections, summary, alts, list(src.notes))
+
+
+def _settings_text(src: Sources, impl: str) -> str:
+    """The library settings ``impl`` builds its kernels with (``key=value``, comma separated),
+    as its registration names them; ``""`` for none or when the registry does not know it."""
+    if src.registry is None:
+        return ""
+    try:
+        settings = src.registry.impl(impl).settings
+    except OpDispatchError:
+        return ""
+    return ",".join(f"{k}={v}" for k, v in sorted(settings.items()))
 
 
 def _converter_backend(src: Sources, c: Conversion) -> str:
