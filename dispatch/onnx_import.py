@@ -17,6 +17,7 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import onnx
 from google.protobuf.message import DecodeError
@@ -384,7 +385,7 @@ def import_model(
     """
     proto = read_model(model)
     try:
-        _check(proto)
+        _check(_split_weights(proto)[0])
     except ModelLoadError as exc:
         if isinstance(model, str | os.PathLike):  # say which file: the CLI may load several
             raise ModelLoadError(f"{os.fspath(model)}: {exc}") from None
@@ -393,11 +394,51 @@ def import_model(
         names = ", ".join(f.name for f in proto.functions)
         raise ModelLoadError(f"model-local functions are not supported (the model defines: {names})")
     _fix_inputs(proto, input_shapes)
-    inferred = _infer(proto)
-    return _to_graph(inferred)
+    light, weights = _split_weights(proto)
+    inferred = _infer(light)
+    return _to_graph(inferred, weights)
 
 
-def _to_graph(proto: onnx.ModelProto) -> Graph:
+#: initializers of more elements than this are kept out of onnx's checker and shape inference
+#: (both serialise the whole model: 4 s of a BERT-base import went to copying its weights);
+#: what they infer from a weight is its type and shape, which the graph input standing in
+#: for it declares. Shapes, axes and pads are far smaller.
+WEIGHT_ELEMENTS = 4096
+
+
+def _split_weights(proto: onnx.ModelProto) -> tuple[onnx.ModelProto, list[onnx.TensorProto]]:
+    """``proto`` without its large initializers (each declared as a graph input of its type
+    and shape instead), and those initializers. ``proto`` itself is returned when it has none."""
+    g = proto.graph
+    large = [t for t in g.initializer if math.prod(t.dims) > WEIGHT_ELEMENTS]
+    if not large:
+        return proto, []
+    light = _copy_fields(proto, onnx.ModelProto(), skip="graph")
+    _copy_fields(g, light.graph, skip="initializer")
+    names = {t.name for t in large}
+    light.graph.initializer.extend(t for t in g.initializer if t.name not in names)
+    listed = {i.name for i in g.input}
+    light.graph.input.extend(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
+                             for t in large if t.name not in listed)
+    return light, large
+
+
+def _copy_fields(src: Any, dst: Any, skip: str) -> Any:
+    """Copy every set field of protobuf message ``src`` but ``skip`` into ``dst``."""
+    for field, value in src.ListFields():
+        if field.name == skip:
+            continue
+        repeated = field.is_repeated if hasattr(field, "is_repeated") else field.label == field.LABEL_REPEATED
+        if repeated:
+            getattr(dst, field.name).extend(value)
+        elif field.type == field.TYPE_MESSAGE:
+            getattr(dst, field.name).CopyFrom(value)
+        else:
+            setattr(dst, field.name, value)
+    return dst
+
+
+def _to_graph(proto: onnx.ModelProto, weights: Sequence[onnx.TensorProto] = ()) -> Graph:
     g = proto.graph
     opsets = {(o.domain if o.domain != "ai.onnx" else ""): int(o.version) for o in proto.opset_import}
     values: dict[str, Value] = {}
@@ -415,7 +456,7 @@ def _to_graph(proto: onnx.ModelProto) -> Graph:
             raise ModelLoadError(f"value {vi.name!r}: {exc}") from None
         return Value(vi.name, shape, dtype)  # type: ignore[arg-type]
 
-    for init in g.initializer:
+    for init in [*g.initializer, *weights]:
         try:
             arr = numpy_helper.to_array(init)
         except Exception as exc:

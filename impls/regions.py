@@ -176,18 +176,41 @@ def _attribute(name: str, value: Any):
     return helper.make_attribute(name, value)
 
 
-def region_model(region: FusedNode):
+#: constants of more elements than this stay out of a region's serialised model when its
+#: library can take them from memory (:func:`region_model` with ``external``)
+WEIGHT_ELEMENTS = 4096
+
+
+def region_model(region: FusedNode, external: dict[str, np.ndarray] | None = None):
     """The ONNX model of ``region``: its nodes, the constants they read (initializers), its
-    inputs and outputs with their static shapes and dtypes."""
+    inputs and outputs with their static shapes and dtypes.
+
+    With ``external`` (a dict, filled here), constants of more than :data:`WEIGHT_ELEMENTS`
+    elements are not copied into the model: their initializers are external-data references
+    and ``external`` maps their names to the arrays, for a library that takes initializers
+    from memory (onnxruntime's ``add_external_initializers``): a BERT-base region then starts
+    without serialising 440 MB of weights twice. The model is checked with those constants as
+    typed graph inputs (onnx's checker wants external data in a file, and serialises whatever
+    it checks), with or without ``external``."""
     import onnx
     from onnx import helper, numpy_helper
 
     inits: dict[str, Any] = {}
+    stand_ins: list[Any] = []  # the large constants as graph inputs, for the checker
     protos = []
     for n in region.nodes:
         for v in n.inputs:
-            if v is not None and v.is_const and v.name not in inits:
-                inits[v.name] = numpy_helper.from_array(np.asarray(v.const), v.name)
+            if v is None or not v.is_const or v.name in inits:
+                continue
+            arr = np.asarray(v.const)
+            if arr.size > WEIGHT_ELEMENTS:
+                stand_ins.append(helper.make_tensor_value_info(
+                    v.name, helper.np_dtype_to_tensor_dtype(arr.dtype), list(arr.shape)))
+            if external is not None and arr.size > WEIGHT_ELEMENTS:
+                external[v.name] = np.ascontiguousarray(arr)
+                inits[v.name] = _external_initializer(v.name, arr)
+            else:
+                inits[v.name] = numpy_helper.from_array(arr, v.name)
         attrs = [_attribute(k, a) for k, a in n.attrs.items() if not (isinstance(a, list) and not a)]
         proto = helper.make_node(n.op_type, [v.name if v is not None else "" for v in n.inputs],
                                  [v.name for v in n.outputs], name=n.name, domain=n.domain)
@@ -197,13 +220,37 @@ def region_model(region: FusedNode):
     def info(v):
         return helper.make_tensor_value_info(v.name, helper.np_dtype_to_tensor_dtype(np.dtype(v.dtype)), list(v.shape))
 
-    graph = helper.make_graph(protos, "region", [info(v) for v in region.inputs],
-                              [info(v) for v in region.outputs], list(inits.values()))
     opsets: dict[str, int] = {}
     for n in region.nodes:
         opsets[n.domain] = max(opsets.get(n.domain, 0), n.opset)
     imports = [helper.make_opsetid(d, v) for d, v in opsets.items()]
-    model = helper.make_model(graph, opset_imports=imports, producer_name="opdispatch")
-    model.ir_version = max(helper.find_min_ir_version_for(imports), 7)
-    onnx.checker.check_model(model)
-    return model
+
+    def model(inputs: list[Any], initializers: list[Any]):
+        graph = helper.make_graph(protos, "region", inputs, [info(v) for v in region.outputs], initializers)
+        made = helper.make_model(graph, opset_imports=imports, producer_name="opdispatch")
+        made.ir_version = max(helper.find_min_ir_version_for(imports), 7)
+        return made
+
+    inputs = [info(v) for v in region.inputs]
+    large = {vi.name for vi in stand_ins}
+    # checked without its large constants (typed inputs instead): the checker serialises the
+    # model, weights and all, which took longer than building the library's session
+    onnx.checker.check_model(model(inputs + stand_ins, [t for name, t in inits.items() if name not in large]))
+    return model(inputs, list(inits.values()))
+
+
+def _external_initializer(name: str, arr: np.ndarray):
+    """An initializer of ``arr``'s name, type and shape whose data is external (given to the
+    library from memory: see :func:`region_model`)."""
+    import onnx
+    from onnx import helper
+
+    t = onnx.TensorProto()
+    t.name = name
+    t.data_type = helper.np_dtype_to_tensor_dtype(arr.dtype)
+    t.dims.extend(arr.shape)
+    t.data_location = onnx.TensorProto.EXTERNAL
+    for key, value in (("location", "opdispatch-memory"), ("offset", "0"), ("length", str(arr.nbytes))):
+        entry = t.external_data.add()
+        entry.key, entry.value = key, value
+    return t

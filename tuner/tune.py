@@ -7,8 +7,8 @@ end-to-end validation of the best plans -> plan store.
    signature, reused from the store's measurements table when this machine and software
    measured it before (across models and runs); each new one is checked against the numpy
    reference and committed at once, so an interrupted run keeps it. The candidates of the
-   untuned plan are measured first, so a complete plan exists whatever the budget. Converter
-   chains are measured per (shape, dtype, source layout, target layout).
+   untuned and single-backend plans are measured first. Converter chains are measured per
+   (shape, dtype, source layout, target layout).
 3. Optimisation (:mod:`tuner.optimize`): node costs plus converter costs, each conversion paid
    once per (tensor, target layout); exact DP or MILP, greedy fallback.
 4. Validation (:mod:`tuner.validate`): the optimum and up to ``top_k - 1`` alternatives (each
@@ -17,6 +17,14 @@ end-to-end validation of the best plans -> plan store.
    ones.
 5. Store (:mod:`tuner.store`): the winner under its plan key, with the provenance needed by
    reports (measurements, rejections, alternatives).
+
+The budget (``TuneOptions.budget_s``) is a limit on the whole run, import and folding
+included: measurement stops at :data:`MEASURE_SHARE` of it, converter measurement at
+:data:`CONVERT_SHARE`, optimisation at :data:`OPTIMIZE_SHARE`; validation takes the rest,
+most promising plan first, and skips the plans it has no time left to build (the untuned plan
+and the first plan are always validated, so something is stored: one build and a few runs of
+them are all a spent budget can add). The summary (``TuneResult.stats``) says what was
+skipped.
 
 Objectives: ``latency`` (default); ``memory`` (node cost = bytes of the tensors a candidate
 produces in its layouts, the validated plan with the lowest executor peak wins); ``latency``
@@ -58,11 +66,11 @@ from tuner.fingerprint import (
     software_fingerprint,
 )
 from tuner.measure import Measurement, reference_overrides
-from tuner.optimize import Choice, Problem, Solution, optimize
+from tuner.optimize import Choice, Problem, Solution, evaluate, optimize
 from tuner.store import PlanStore, StoreWriteError
 from tuner.tune_measure import _conversion_costs, _measure_all
 from tuner.tune_types import PlanCandidate, TuneOptions, TuneResult, TuningError
-from tuner.validate import _random_feeds, _validate, _winner
+from tuner.validate import BUDGET_SKIP, UNTUNED, _random_feeds, _validate, _winner
 
 
 class _GuardedStore:
@@ -118,6 +126,12 @@ class _GuardedStore:
 # ------------------------------------------------------------------------------------------
 # optimisation stage
 # ------------------------------------------------------------------------------------------
+
+
+#: shares of the budget (from the start of :func:`tune`) by which each stage ends
+MEASURE_SHARE = 0.55
+CONVERT_SHARE = 0.62
+OPTIMIZE_SHARE = 0.70
 
 
 def _node_cost(c: Candidate, m: Measurement, objective: str) -> float:
@@ -222,6 +236,15 @@ def _dedupe(rejected: Sequence[Rejected]) -> list[Rejected]:
             seen.add(r.impl)
             out.append(r)
     return out
+
+
+def _validation_order(plans: Sequence[PlanCandidate]) -> list[PlanCandidate]:
+    """The order validation builds plans in, most promising first (when the budget runs out,
+    the rest are skipped): the optimum, the untuned plan, then by predicted latency (plans
+    without a prediction last)."""
+    def rank(pc: PlanCandidate) -> tuple:
+        return (pc.label != "optimum", pc.label != UNTUNED, pc.predicted_s is None, pc.predicted_s or 0.0)
+    return sorted(plans, key=rank)
 
 
 def _alternative_problems(problem: Problem, best: Solution, k: int) -> list[Problem]:
@@ -343,7 +366,7 @@ def _tune(
     # the untuned plan and each backend's own untuned plan (the backend first, numpy for what
     # it cannot run) compete in validation; their candidates are measured first, whatever the
     # budget, so that a complete annotated plan exists for each
-    baselines = [("untuned (heuristic)", untuned)]
+    baselines = [(UNTUNED, untuned)]
     for b in backends:
         try:
             plan = heuristic_plan(graph, registry, [b] if b == REFERENCE_BACKEND else [b, REFERENCE_BACKEND])
@@ -353,12 +376,11 @@ def _tune(
     first = {f"{s.impl}@{'+'.join(s.nodes)}" for _, plan in baselines for s in plan.steps}
     cands = enumerate_candidates(graph, registry, backends)
     say(f"{len(cands.candidates)} candidates, {len(cands.signatures())} distinct signatures")
-    # the budget: measurement until 70 %, converter costs until 85 %, then optimisation and
-    # validation (which runs at least a few rounds even when the budget is spent)
+    # the budget is a limit: each stage ends at its share of it, validation at the deadline
     start = deadline - opts.budget_s
     stage_s: dict[str, float] = {}
     t_stage = time.monotonic()
-    ms = _measure_all(registry, cands, first, store, hw, sw, opts, start + 0.70 * opts.budget_s)
+    ms = _measure_all(registry, cands, first, store, hw, sw, opts, start + MEASURE_SHARE * opts.budget_s)
     stage_s["measure_s"] = time.monotonic() - t_stage
     usable = [(c, ms.by_signature[c.signature]) for c in cands.candidates
               if c.signature in ms.by_signature and ms.by_signature[c.signature].ok]
@@ -366,7 +388,8 @@ def _tune(
     t_stage = time.monotonic()
     estimated: list[str] = []
     conv_costs, conv_measured = _conversion_costs(
-        registry, graph, [c for c, _ in usable], store, hw, sw, opts, start + 0.85 * opts.budget_s, estimated)
+        registry, graph, [c for c, _ in usable], store, hw, sw, opts, start + CONVERT_SHARE * opts.budget_s,
+        estimated)
     stage_s["conversions_s"] = time.monotonic() - t_stage
     by_id = {c.id: (c, m) for c, m in usable}
     alternatives: dict[str, list[tuple[Candidate, Measurement]]] = {}
@@ -384,23 +407,39 @@ def _tune(
 
     problem = _problem(graph, usable, conv_costs, opts.objective)
     t0 = time.monotonic()
-    best = optimize(problem, time_limit_s=opts.optimize_time_limit_s)
-    opt_s = time.monotonic() - t0
+    opt_end = start + OPTIMIZE_SHARE * opts.budget_s
+
+    def time_limit() -> float:
+        return max(0.2, min(opts.optimize_time_limit_s, opt_end - time.monotonic()))
+
     provenance = {
         "source": "tuned", "objective": key.objective, "plan_key": key.digest(),
         "hardware": key.hardware, "software": key.software, "tuning_run": run_id,
         "tuned_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "optimizer": {"method": best.method, "optimal": best.optimal, "predicted_s": best.total},
     }
-    plans = [PlanCandidate("optimum", _plan_from(graph, registry, _ids(best), by_id, alternatives, rejected, dict(provenance)), best.total)]
-    for k, alt_problem in enumerate(_alternative_problems(problem, best, max(0, opts.top_k - 1))):
-        try:
-            alt = optimize(alt_problem, time_limit_s=opts.optimize_time_limit_s)
-        except OpDispatchError:
-            continue
-        plans.append(PlanCandidate(f"alternative {k + 1}", _plan_from(
-            graph, registry, _ids(alt), by_id, alternatives, rejected, dict(provenance, optimizer={
-                "method": alt.method, "optimal": alt.optimal, "predicted_s": alt.total})), alt.total))
+    plans: list[PlanCandidate] = []
+    skipped_alternatives = 0
+    try:
+        best: Solution | None = optimize(problem, time_limit_s=time_limit())
+    except OpDispatchError as exc:  # candidates left unmeasured by the budget: no optimum
+        best = None
+        say(f"no optimised plan: {exc}")
+    if best is not None:
+        provenance["optimizer"] = {"method": best.method, "optimal": best.optimal, "predicted_s": best.total}
+        plans.append(PlanCandidate("optimum", _plan_from(
+            graph, registry, _ids(best), by_id, alternatives, rejected, dict(provenance)), best.total))
+        for k, alt_problem in enumerate(_alternative_problems(problem, best, max(0, opts.top_k - 1))):
+            if time.monotonic() > opt_end:
+                skipped_alternatives += 1
+                continue
+            try:
+                alt = optimize(alt_problem, time_limit_s=time_limit())
+            except OpDispatchError:
+                continue
+            plans.append(PlanCandidate(f"alternative {k + 1}", _plan_from(
+                graph, registry, _ids(alt), by_id, alternatives, rejected, dict(provenance, optimizer={
+                    "method": alt.method, "optimal": alt.optimal, "predicted_s": alt.total})), alt.total))
+    opt_s = time.monotonic() - t0
     # the baselines compete too, annotated with the same measurements as the others: the
     # winner is then measured against every single-backend plan, not predicted to beat it
     seen_plans: set[tuple] = set()
@@ -410,19 +449,25 @@ def _tune(
             continue
         seen_plans.add(tuple(ids))
         tuned_provenance = dict(provenance, optimizer=None, baseline=plan.provenance)
+        predicted = None
         if all(i in by_id for i in ids):
             plan = _plan_from(graph, registry, ids, by_id, alternatives, rejected, tuned_provenance)
+            try:  # the same cost model as the optimiser's: its steps and conversions measured
+                predicted = evaluate(problem, ids)[0]
+            except OpDispatchError:
+                predicted = None
         else:  # some of its candidates were not measured (budget) or failed: as it is
             plan = Plan(graph=plan.graph, steps=plan.steps, conversions=plan.conversions,
                         provenance=tuned_provenance)
-        plans.append(PlanCandidate(label, plan, None))
+        plans.append(PlanCandidate(label, plan, predicted))
+    plans = _validation_order(plans)
 
     reference_plan = heuristic_plan(graph, registry, [REFERENCE_BACKEND], overrides=reference_overrides(graph, registry))
     feeds = _random_feeds(graph, opts.seed)
     reference = Executor(graph, reference_plan, registry).run(feeds)
     t_stage = time.monotonic()
-    _validate(graph, registry, plans, feeds, reference, opts.validate_runs,
-              max(0.0, deadline - time.monotonic()))
+    _validate(graph, registry, plans, feeds, reference, opts.validate_runs, deadline,
+              grace_s=0.05 * opts.budget_s)
     stage_s["validate_s"] = time.monotonic() - t_stage
     win = _winner(plans, opts)
     win.plan.provenance = dict(win.plan.provenance, validated=[
@@ -436,7 +481,10 @@ def _tune(
         "measured": ms.measured, "reused": ms.reused, "wrong": wrong,
         "skipped_budget": len(ms.skipped), "conversions_measured": conv_measured,
         "conversions_estimated": len(estimated), **{k: round(v, 2) for k, v in stage_s.items()},
-        "optimizer_method": best.method, "optimizer_optimal": bool(best.optimal), "optimizer_s": opt_s,
+        "optimizer_method": best.method if best else None,
+        "optimizer_optimal": bool(best.optimal) if best else False, "optimizer_s": opt_s,
+        "budget_s": opts.budget_s, "skipped_alternatives": skipped_alternatives,
+        "skipped_validation": [pc.label for pc in plans if pc.error == BUDGET_SKIP],
     }
     plan_id = store.put_plan(key, win.plan.to_json(), latency_ms=win.latency_ms,
                              peak_bytes=win.peak_bytes, run_id=run_id,

@@ -68,7 +68,7 @@ def _measure_all(
             if hit is not None:
                 out.by_signature[sig] = Measurement(hit.median_s, hit.spread_s, hit.samples, hit.error)
                 out.reused += 1
-            elif time.monotonic() > deadline and not any(c.id in first for c in groups[sig]):
+            elif time.monotonic() > deadline:
                 out.skipped.append(sig)
             else:
                 m = measure_candidate(

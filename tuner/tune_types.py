@@ -21,8 +21,9 @@ class TuningError(OpDispatchError):
 
 @dataclass
 class TuneOptions:
-    """How to tune. ``budget_s`` bounds the whole run (measurement stops when it is spent;
-    optimisation and validation of what was measured still run)."""
+    """How to tune. ``budget_s`` is a limit on the whole run, import included (see
+    :mod:`tuner.tune`: each stage ends at its share of it; past it, only the first and the
+    untuned plan are still validated, in a few rounds, so that a plan is stored)."""
 
     budget_s: float = 120.0
     objective: str = "latency"
@@ -77,10 +78,14 @@ class TuneResult:
             f"{s['conversions_measured']} converter cost(s) measured, {s.get('conversions_estimated', 0)} estimated",
             f"stages: measure {s.get('measure_s', 0):.1f} s, converters {s.get('conversions_s', 0):.1f} s, "
             f"validate {s.get('validate_s', 0):.1f} s",
-            f"optimiser: {s['optimizer_method']} ({'optimal' if s['optimizer_optimal'] else 'not proven optimal'}) "
-            f"in {s['optimizer_s']:.2f} s",
-            "validated plans (end to end, median of runs):",
+            f"optimiser: {s['optimizer_method'] or 'no plan (candidates not measured)'} "
+            f"({'optimal' if s['optimizer_optimal'] else 'not proven optimal'}) in {s['optimizer_s']:.2f} s",
         ]
+        skipped = [f"{n} alternative plan(s) not optimised" for n in [s.get("skipped_alternatives", 0)] if n]
+        skipped += [f"not validated: {', '.join(s['skipped_validation'])}"] if s.get("skipped_validation") else []
+        if skipped:
+            lines.append(f"over budget ({s.get('budget_s', '?')} s): " + "; ".join(skipped))
+        lines.append("validated plans (end to end, median of runs):")
         for pc in self.validated:
             what = pc.error or f"{pc.latency_ms:.2f} ms (spread {pc.spread_ms:.2f}), peak {pc.peak_bytes / 1e6:.1f} MB"
             mark = "*" if pc.plan is self.plan else " "

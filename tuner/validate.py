@@ -18,6 +18,11 @@ from dispatch.registry import Registry
 from tuner.measure import MODEL_TOLERANCE, check_outputs, random_input
 from tuner.tune_types import PlanCandidate, TuneOptions, TuningError
 
+#: the label of the untuned plan among the validated ones
+UNTUNED = "untuned (heuristic)"
+#: what a plan that the budget left no time to validate says in place of an error
+BUDGET_SKIP = "not validated: tuning budget spent"
+
 
 def _random_feeds(graph: Graph, seed: int) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
@@ -31,17 +36,28 @@ def _validate(
     feeds: Mapping[str, np.ndarray],
     reference: Sequence[np.ndarray],
     runs: int,
-    time_cap_s: float,
+    deadline: float,
+    grace_s: float = 0.0,
 ) -> None:
     """Run every plan end to end: its outputs must match the reference plan's; then time the
     valid ones interleaved, one untimed and one timed run of each per round, so that machine
     noise (another process, a frequency change) hits them alike instead of favouring whichever
     ran in a quiet moment, while the untimed run keeps one plan's leftovers out of the next
     plan's time.
-    At least ``runs`` rounds (fewer only past ``time_cap_s``), then rounds until the 95%
-    confidence intervals of the medians stop overlapping or the cap is spent."""
+    Plans are built in the given order while their predicted latency says that checking and
+    timing them fits before ``deadline`` (``time.monotonic()``); the first and the untuned
+    plan always are, the others get :data:`BUDGET_SKIP` as their error. At least ``runs``
+    rounds (down to 3 past the deadline, and to 1 when another round would end past
+    ``deadline + grace_s``), then rounds until the 95% confidence intervals of the medians
+    stop overlapping or the deadline passes."""
     ready: list[tuple[PlanCandidate, Executor]] = []
-    for pc in plans:
+    for k, pc in enumerate(plans):
+        # checking and warming a plan up takes two runs, timing it at least two more: a plan
+        # predicted not to fit in what is left is not started
+        need = 4 * pc.predicted_s if pc.predicted_s is not None else 0.0
+        if k and pc.label != UNTUNED and time.monotonic() + need > deadline:
+            pc.error = BUDGET_SKIP
+            continue
         try:
             ex = Executor(graph, pc.plan, registry)
             outs = ex.run(feeds)
@@ -58,7 +74,6 @@ def _validate(
     if not ready:
         return
     times: list[list[float]] = [[] for _ in ready]
-    start = time.monotonic()
     rounds = 0
     while True:
         for k, (_, ex) in enumerate(ready):
@@ -68,10 +83,13 @@ def _validate(
             ex.run(feeds)
             times[k].append(time.perf_counter() - t0)
         rounds += 1
-        spent = time.monotonic() - start
-        if rounds >= 3 * max(1, runs) or (spent > time_cap_s and rounds >= 3):
+        now = time.monotonic()
+        round_s = 2 * sum(t[-1] for t in times)  # one untimed and one timed run of each
+        if rounds >= 3 * max(1, runs) or (now > deadline and rounds >= 3):
             break
-        if rounds >= max(1, runs) and (spent > time_cap_s or _separated(times)):
+        if now + round_s > deadline + grace_s:
+            break  # another round would overrun the budget
+        if rounds >= max(1, runs) and (now > deadline or _separated(times)):
             break
     for (pc, _), t in zip(ready, times):
         q1, med, q3 = np.percentile(t, [25, 50, 75])

@@ -7,6 +7,13 @@ Two algorithms for MaxPool and AveragePool:
   one that produces MaxPool's Indices);
 - ``reduce``: a strided view of every window reduced with one ``max`` / ``sum`` call.
 
+Large windows (more than :data:`LARGE_WINDOW` cells, no dilation: a global pool spelled as an
+AveragePool, e.g. EfficientNet's pooler, a 1280x1280 kernel over a 7x7 map) go axis by axis
+instead, since a box is separable: sums as differences of prefix sums (float64) between each
+window's ends clipped to the input, maxima over a sliding view padded along one axis at a time.
+Their cost is independent of the kernel size and nothing of the padded size is allocated
+(offsets would loop over 1.6 million offsets of an 8 GB padded input).
+
 Windows that ceil_mode lets run past the end padding only see real (or padded) cells; the
 divisor of AveragePool counts the cells inside the input, plus the explicit padding when
 ``count_include_pad`` is set. float16 averages accumulate in float32.
@@ -37,6 +44,10 @@ from impls.numpy.misc import FLOAT_TYPES, check_dtypes
 from impls.numpy.table import impls
 
 Kernel = Callable[..., Any]
+
+#: windows of more cells than this (and no dilation) are pooled axis by axis (see the module
+#: docstring); smaller ones are faster per offset
+LARGE_WINDOW = 64
 
 #: MaxPool accepts 8-bit integers from opset 12.
 MAXPOOL_INT_TYPES = frozenset({"int8", "uint8"})
@@ -185,6 +196,8 @@ def maxpool_offsets(node: Node) -> Kernel:
         if 0 in geom.out or x.size == 0:
             y = np.zeros(x.shape[:2] + geom.out, dtype=x.dtype)
             return (y, np.zeros(y.shape, dtype=np.int64)) if want_indices else y
+        if not want_indices and _separable(win):
+            return _max_separable(x, win, geom)
         xp = pad_input(x, geom, _lowest(x.dtype))
         if want_indices:
             y, best = _max_with_argmax(xp, win, geom)
@@ -209,6 +222,8 @@ def maxpool_reduce(node: Node) -> Kernel:
         geom, _ = geoms(tuple(x.shape))
         if 0 in geom.out or x.size == 0:
             return np.zeros(x.shape[:2] + geom.out, dtype=x.dtype)
+        if _separable(win):
+            return _max_separable(x, win, geom)
         xp = pad_input(x, geom, _lowest(x.dtype))
         return np.asarray(patch_view(xp, win, geom).max(axis=axes), order="C")
 
@@ -240,13 +255,60 @@ def _avgpool_kernel(node: Node, window_sum: Callable[[np.ndarray, Window, Geomet
         if 0 in geom.out or x.size == 0:
             return np.zeros(x.shape[:2] + geom.out, dtype=x.dtype)
         ct = compute_dtype(x.dtype)
-        xp = pad_input(x.astype(ct, copy=False), geom, 0)
-        acc = window_sum(xp, win, geom)
+        if _separable(win):
+            acc = _sum_separable(x, win, geom).astype(ct)
+        else:
+            acc = window_sum(pad_input(x.astype(ct, copy=False), geom, 0), win, geom)
         with np.errstate(divide="ignore", invalid="ignore"):
             acc /= divisor.astype(ct)
         return np.asarray(acc, dtype=x.dtype, order="C")
 
     return run
+
+
+def _separable(win: Window) -> bool:
+    """Whether ``win`` is pooled axis by axis: a large window without dilation."""
+    return math.prod(win.kernel) > LARGE_WINDOW and all(d == 1 for d in win.dilations)
+
+
+def _window_bounds(win: Window, geom: Geometry, i: int) -> tuple[np.ndarray, np.ndarray]:
+    """[start, end) of every output position's window on axis ``i``, clipped to the input."""
+    start = np.arange(geom.out[i]) * win.strides[i] - geom.pad_begin[i]
+    n = geom.spatial[i]
+    return np.clip(start, 0, n), np.clip(start + win.kernel[i], 0, n)
+
+
+def _sum_separable(x: np.ndarray, win: Window, geom: Geometry) -> np.ndarray:
+    """Window sums of unpadded ``x`` (padding adds nothing to a sum): along each axis, the
+    difference of float64 prefix sums at the window's clipped ends."""
+    acc = x.astype(np.float64)
+    for i in range(win.rank):
+        axis = 2 + i
+        lo, hi = _window_bounds(win, geom, i)
+        shape = list(acc.shape)
+        shape[axis] = 1
+        prefix = np.concatenate([np.zeros(shape), np.cumsum(acc, axis=axis)], axis=axis)
+        acc = np.take(prefix, hi, axis=axis) - np.take(prefix, lo, axis=axis)
+    return acc
+
+
+def _max_separable(x: np.ndarray, win: Window, geom: Geometry) -> np.ndarray:
+    """Window maxima of unpadded ``x``, axis by axis: each axis padded with the lowest value
+    (its own padding only) and reduced over a sliding view. A window entirely in the padding
+    yields the padding value, as the offsets algorithm does."""
+    acc = x
+    low = _lowest(x.dtype)
+    for i in range(win.rank):
+        axis = 2 + i
+        k, s, out = win.kernel[i], win.strides[i], geom.out[i]
+        widths = [(0, 0)] * acc.ndim
+        widths[axis] = (geom.pad_begin[i], geom.pad_end[i] + geom.extra_end[i])
+        padded = np.pad(acc, widths, constant_values=low)
+        windows = np.lib.stride_tricks.sliding_window_view(padded, k, axis=axis)
+        index = [slice(None)] * windows.ndim
+        index[axis] = slice(0, (out - 1) * s + 1, s)
+        acc = windows[tuple(index)].max(axis=-1)
+    return np.ascontiguousarray(acc)
 
 
 def _sum_offsets(xp: np.ndarray, win: Window, geom: Geometry) -> np.ndarray:

@@ -306,6 +306,19 @@ def test_matmul_opset_8_is_float_only():
 
 # -- MaxPool ---------------------------------------------------------------------------------
 
+#: windows of more than impls.numpy.pool.LARGE_WINDOW cells (pooled axis by axis, in closed
+#: form): strides, pads, a window as large as the padded input, 1-d and 3-d. onnx's reference
+#: gets large windows with ceil_mode wrong (onnxruntime and these kernels agree) and refuses a
+#: window larger than its input: test_a_huge_window_costs_neither_time_nor_memory checks both
+#: against the closed form
+LARGE_WINDOW_CASES = [
+    ((1, 2, 12, 13), {"kernel_shape": [9, 9], "strides": [2, 3], "pads": [3, 2, 4, 1]}),
+    ((1, 3, 7, 7), {"kernel_shape": [9, 9], "pads": [1, 1, 1, 1]}),
+    ((2, 2, 15, 9), {"kernel_shape": [11, 7], "strides": [3, 1], "auto_pad": "SAME_UPPER"}),
+    ((2, 3, 150), {"kernel_shape": [70], "strides": [10], "pads": [5, 7]}),
+    ((1, 2, 6, 7, 8), {"kernel_shape": [4, 5, 4], "strides": [2, 2, 3], "pads": [1, 2, 0, 1, 1, 2]}),
+]
+
 MAXPOOL_CASES = [
     # (x shape, attrs) -- 2-D stride 1 / dilation 1 cases go through the reference's generic path
     ((2, 3, 7, 8), {"kernel_shape": [3, 3]}),
@@ -324,6 +337,8 @@ MAXPOOL_CASES = [
     ((2, 3, 12), {"kernel_shape": [2], "strides": [3], "dilations": [2], "ceil_mode": 1}),
     ((1, 2, 5, 6, 7), {"kernel_shape": [3, 2, 2], "strides": [2, 1, 2], "pads": [1, 0, 1, 1, 1, 0]}),
     ((1, 2, 6, 5, 6), {"kernel_shape": [2, 2, 2], "strides": [2, 2, 2], "ceil_mode": 1}),
+    # large windows (> LARGE_WINDOW cells): pooled axis by axis unless Indices are wanted
+    *LARGE_WINDOW_CASES,
 ]
 
 
@@ -413,6 +428,7 @@ AVGPOOL_CASES = [
     ((2, 3, 11), {"kernel_shape": [3], "strides": [2], "pads": [1, 1]}, 19),
     ((1, 2, 5, 6, 7), {"kernel_shape": [3, 2, 2], "strides": [2, 1, 2], "pads": [1, 0, 1, 1, 1, 0]}, 19),
     ((1, 2, 6, 5, 6), {"kernel_shape": [2, 2, 2], "strides": [2, 2, 2], "ceil_mode": 1}, 19),
+    *((xs, attrs, 19) for xs, attrs in LARGE_WINDOW_CASES),
 ]
 
 
@@ -426,6 +442,30 @@ def test_averagepool(impl, case, count_include_pad, dtype):
     x = rand(*xs, dtype=dtype)
     compare("AveragePool", impl, [x], attrs, opset=opset)
     assert_someone_supports("AveragePool", [x], attrs, opset=opset)
+
+
+@pytest.mark.parametrize("op", ["AveragePool", "MaxPool"])
+def test_a_huge_window_costs_neither_time_nor_memory(op):
+    """EfficientNet's pooler as transformers writes it: a 1280x1280 window, ceil_mode, over a
+    1280x7x7 map (one output per channel). Per offset that is 1.6 million offsets over an 8 GB
+    padded input; in closed form it is the channel mean / max, computed in a few MB."""
+    import tracemalloc
+
+    x = rand(1, 1280, 7, 7)
+    attrs = {"kernel_shape": [1280, 1280], "strides": [1280, 1280], "ceil_mode": 1}
+    node, _ = make_node(op, [x], attrs, opset=19)
+    expected = x.mean(axis=(2, 3), keepdims=True) if op == "AveragePool" else x.max(axis=(2, 3), keepdims=True)
+    for impl in impls_of(op):
+        tracemalloc.start()
+        try:
+            y = run_checked(impl, node, [x], 1)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        if y is None:
+            continue
+        np.testing.assert_allclose(y[0], expected, rtol=1e-5, atol=1e-6, err_msg=impl.name)
+        assert peak < 64 * 2**20, f"{impl.name} allocated {peak / 2**20:.0f} MB"
 
 
 # -- global pooling --------------------------------------------------------------------------

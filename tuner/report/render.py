@@ -70,6 +70,10 @@ def summary_rows(s: Mapping[str, Any]) -> list[tuple[str, str]]:
                                + (f" (budget {tun['budget_s']:g} s)" if tun.get("budget_s") else "")
                                + f", {tun.get('measured')} measured, {tun.get('reused')} reused, "
                                  f"{tun.get('skipped_budget')} skipped over budget"
+                               + (f", {tun['skipped_alternatives']} alternative plan(s) not optimised"
+                                  if tun.get("skipped_alternatives") else "")
+                               + (f", not validated (budget): {', '.join(tun['skipped_validation'])}"
+                                  if tun.get("skipped_validation") else "")
                                + (f", {tun['conversions_estimated']} converter cost(s) estimated "
                                   f"from bandwidth (not stored, so shown as not measured)"
                                   if tun.get("conversions_estimated") else "")

@@ -91,6 +91,8 @@ def _tuning(src: Sources) -> dict[str, Any] | None:
             "finished_at": r.finished_at, "budget_s": r.budget_s,
             "tuning_s": stats.get("tuning_s"), "measured": stats.get("measured"),
             "reused": stats.get("reused"), "skipped_budget": stats.get("skipped_budget"),
+            "skipped_alternatives": stats.get("skipped_alternatives"),
+            "skipped_validation": stats.get("skipped_validation"),
             "conversions_measured": stats.get("conversions_measured"),
             "conversions_estimated": stats.get("conversions_estimated"),
             "wrong": stats.get("wrong"), "candidates": stats.get("candidates")}
