@@ -95,6 +95,8 @@ SETTINGS: tuple[Setting, ...] = (
             "folders with plugin backend modules (os.pathsep-separated)"),
     Setting("store_path", "OPDISPATCH_STORE", _as_str, lambda: str(_cache_dir() / "plans.sqlite"),
             "SQLite plan store"),
+    Setting("graph_cache", "OPDISPATCH_GRAPH_CACHE", _as_str, lambda: str(_cache_dir() / "graphs"),
+            "folder of imported and simplified graphs (dispatch.graph_cache; off: none)"),
     Setting("tune_budget_s", "OPDISPATCH_TUNE_BUDGET", _as_float, lambda: 120.0,
             "default tuning budget in seconds"),
     Setting("tune_top_k", "OPDISPATCH_TUNE_TOP_K", _as_int, lambda: 3,
@@ -112,6 +114,7 @@ class Config:
     backend_order: tuple[str, ...] = DEFAULT_BACKEND_ORDER
     plugin_path: str = ""
     store_path: str = ""
+    graph_cache: str = ""
     tune_budget_s: float = 120.0
     tune_top_k: int = 3
     objective: str = "latency"

@@ -413,6 +413,8 @@ def _split_weights(proto: onnx.ModelProto) -> tuple[onnx.ModelProto, list[onnx.T
     large = [t for t in g.initializer if math.prod(t.dims) > WEIGHT_ELEMENTS]
     if not large:
         return proto, []
+    for t in large:  # what onnx's checker would have said of them
+        _check_weight_size(t)
     light = _copy_fields(proto, onnx.ModelProto(), skip="graph")
     _copy_fields(g, light.graph, skip="initializer")
     names = {t.name for t in large}
@@ -421,6 +423,36 @@ def _split_weights(proto: onnx.ModelProto) -> tuple[onnx.ModelProto, list[onnx.T
     light.graph.input.extend(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
                              for t in large if t.name not in listed)
     return light, large
+
+
+#: the TensorProto field holding each data type's elements when not in raw_data
+_TYPED_FIELDS = ("float_data", "int32_data", "string_data", "int64_data", "double_data", "uint64_data")
+
+
+def _check_weight_size(t: onnx.TensorProto) -> None:
+    """Raise when initializer ``t`` holds another number of elements than its dims claim."""
+    if t.data_location == onnx.TensorProto.EXTERNAL:
+        return  # read_model loaded it, or numpy_helper says what is missing
+    count = math.prod(t.dims)
+    try:
+        itemsize = helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
+    except (KeyError, ValueError, TypeError):
+        return  # an unknown type: the import says so
+    if t.raw_data:
+        have, want = len(t.raw_data), count * itemsize
+        if have != want and t.data_type != onnx.TensorProto.STRING:
+            raise ModelLoadError(
+                f"initializer {t.name!r} claims shape {list(t.dims)} ({want:,} bytes of "
+                f"{helper.tensor_dtype_to_string(t.data_type).split('.')[-1].lower()}), but its "
+                f"raw_data size ({have} bytes) is too small" if have < want else
+                f"initializer {t.name!r} claims shape {list(t.dims)} ({want:,} bytes), but its "
+                f"raw_data holds {have:,} bytes")
+        return
+    held = max(len(getattr(t, f)) for f in _TYPED_FIELDS)
+    if held and held < count:
+        raise ModelLoadError(
+            f"initializer {t.name!r} claims shape {list(t.dims)} ({count:,} elements), but "
+            f"holds {held:,}")
 
 
 def _copy_fields(src: Any, dst: Any, skip: str) -> Any:

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 from onnx import helper
 
+from dispatch import graph_cache
 from dispatch.backend import load_registry
 from dispatch.compare import MODEL_TOLERANCE, check_outputs
 from dispatch.config import Config
@@ -147,6 +148,12 @@ class Session:
         on_error: ``"raise"`` or ``"fallback"`` (see above).
         faults: the :class:`Fault` records of the run-time failures recovered from with
             ``on_error="fallback"``, oldest first.
+        load_seconds: the whole creation of the session, in seconds.
+        startup: where that time went, in seconds per stage: ``backends`` (configuration
+            and backend discovery), ``import`` (reading, checking, shape inference),
+            ``simplify`` (constant folding and the other graph passes), ``plan`` (the store
+            lookup, or the untuned plan) and ``build`` (the executor: every step's kernel,
+            compiled library regions and build-time conversions).
     """
 
     def __init__(
@@ -189,6 +196,9 @@ class Session:
         if tune_options is not None and self.source is not None:
             self.source.check_tune_options(tune_options)
         parse_objective(objective)  # an unknown objective is an error now, not a silent miss
+        self.startup: dict[str, float] = {}
+        self._lookup_s = 0.0
+        t_stage = time.perf_counter()
         self.config = config or Config.load()
         self.registry = registry or load_registry(self.config.plugin_path or None, order=self.config.backend_order)
         order = list(backends) if backends is not None else list(self.config.backend_order)
@@ -219,9 +229,26 @@ class Session:
                 )
         self.backend_order = order
         self._configure_backends()
-        self.graph: Graph = import_model(model, input_shapes)
-        check_supported_ops(self.graph, self.registry, self._allowed_backends())
-        self.simplify_stats = simplify(self.graph, self.registry)
+        t_stage = self._stage("backends", t_stage)
+        folder = graph_cache.cache_dir(self.config.graph_cache)
+        digest = graph_cache.key(model, input_shapes) if folder is not None else None
+        cached = graph_cache.load(folder, digest) if folder is not None and digest else None
+        #: whether the graph came from the graph cache (:mod:`dispatch.graph_cache`)
+        self.graph_cached = cached is not None
+        self.graph: Graph
+        if cached is not None:
+            self.graph, self.simplify_stats = cached
+            check_supported_ops(self.graph, self.registry, self._allowed_backends())
+            t_stage = self._stage("import", t_stage)
+            t_stage = self._stage("simplify", t_stage)
+        else:
+            self.graph = import_model(model, input_shapes)
+            check_supported_ops(self.graph, self.registry, self._allowed_backends())
+            t_stage = self._stage("import", t_stage)
+            self.simplify_stats = simplify(self.graph, self.registry)
+            if folder is not None and digest:
+                graph_cache.save(folder, digest, self.graph, self.simplify_stats)
+            t_stage = self._stage("simplify", t_stage)
         # kept to tune later: the model as given (a path is re-read by the tuner)
         self._model = model
         self._input_shapes = {k: list(v) for k, v in input_shapes.items()} if input_shapes else None
@@ -259,9 +286,20 @@ class Session:
                 if tune == "first-run":
                     self._tune_on_first_run = True
                     self.plan_note += "; the first run tunes it"
+        t_stage = self._stage("plan", t_stage)
         if self._executor is None:
             self._executor = Executor(self.graph, self._plan, self.registry)
+        self._stage("build", t_stage)
+        if self.plan_source == "store":  # the stored plan's executor was built by the lookup
+            build = self.startup["plan"] + self.startup["build"] - self._lookup_s
+            self.startup.update(plan=self._lookup_s, build=build)
         self.load_seconds = time.perf_counter() - t0
+
+    def _stage(self, name: str, since: float) -> float:
+        """Record the seconds since ``since`` as start-up stage ``name`` (see :attr:`startup`)."""
+        now = time.perf_counter()
+        self.startup[name] = now - since
+        return now
 
     @staticmethod
     def _check_tuning_arguments(
@@ -321,8 +359,10 @@ class Session:
         in :attr:`plan_note` and :attr:`_miss_reasons`). The source's lookup never raises;
         a stored plan whose executor cannot be built is not used either."""
         assert self.source is not None and self.store_path is not None
+        t_lookup = time.perf_counter()
         found = self.source.lookup(store, self.store_path, self.graph, self.registry,
                                    self._allowed_backends(), objective)
+        self._lookup_s = time.perf_counter() - t_lookup
         self.plan_key = found.key
         self.plan_note = found.note
         if found.plan is None:

@@ -1,6 +1,7 @@
 """Test-wide settings: the plan store lives in a temporary folder, never in the user's cache,
 so that a developer's tuned plans cannot change what the tests run (and the tests cannot
-write into them)."""
+write into them); the graph cache is off (every test imports its model afresh; the cache's
+own tests turn it on in a temporary folder)."""
 
 from __future__ import annotations
 
@@ -16,3 +17,4 @@ def pytest_configure(config):
     if "OPDISPATCH_STORE" not in os.environ:
         folder = tempfile.mkdtemp(prefix="opdispatch-test-store-")
         os.environ["OPDISPATCH_STORE"] = os.path.join(folder, "plans.sqlite")
+    os.environ.setdefault("OPDISPATCH_GRAPH_CACHE", "off")

@@ -69,7 +69,7 @@ from tuner.measure import Measurement, reference_overrides
 from tuner.optimize import Choice, Problem, Solution, evaluate, optimize
 from tuner.store import PlanStore, StoreWriteError
 from tuner.tune_measure import _conversion_costs, _measure_all
-from tuner.tune_types import PlanCandidate, TuneOptions, TuneResult, TuningError
+from tuner.tune_types import NOISY_SPREAD, PlanCandidate, TuneOptions, TuneResult, TuningError
 from tuner.validate import BUDGET_SKIP, UNTUNED, _random_feeds, _validate, _winner
 
 
@@ -132,6 +132,14 @@ class _GuardedStore:
 MEASURE_SHARE = 0.55
 CONVERT_SHARE = 0.62
 OPTIMIZE_SHARE = 0.70
+
+
+def load_average() -> float | None:
+    """The 1-minute load average per usable core, ``None`` where the OS does not say."""
+    try:
+        return os.getloadavg()[0] / max(1, len(os.sched_getaffinity(0)))
+    except (OSError, AttributeError):
+        return None
 
 
 def _node_cost(c: Candidate, m: Measurement, objective: str) -> float:
@@ -312,6 +320,7 @@ def tune(
 ) -> TuneResult:
     """Tune ``model`` on this machine and store the winning plan (see the module docstring)."""
     t_start = time.monotonic()
+    load = load_average()
     opts = options or TuneOptions()
     config = config or Config.load()
     objective = objective_key(opts)
@@ -336,7 +345,7 @@ def tune(
     run_id = store.start_run(model_fp=key.model, budget_s=opts.budget_s, objective=objective)
     deadline = t_start + opts.budget_s
     try:
-        result = _tune(graph, registry, backends, store, key, hw, sw, opts, deadline, run_id, say)
+        result = _tune(graph, registry, backends, store, key, hw, sw, opts, deadline, run_id, say, load)
     except KeyboardInterrupt:
         store.finish_run(run_id, "interrupted", {"elapsed_s": time.monotonic() - t_start})
         raise
@@ -361,6 +370,7 @@ def _tune(
     deadline: float,
     run_id: int | None,
     say: Callable[[str], None],
+    load: float | None = None,
 ) -> TuneResult:
     untuned = heuristic_plan(graph, registry, backends)
     # the untuned plan and each backend's own untuned plan (the backend first, numpy for what
@@ -459,7 +469,7 @@ def _tune(
         else:  # some of its candidates were not measured (budget) or failed: as it is
             plan = Plan(graph=plan.graph, steps=plan.steps, conversions=plan.conversions,
                         provenance=tuned_provenance)
-        plans.append(PlanCandidate(label, plan, predicted))
+        plans.append(PlanCandidate(label, plan, predicted, baseline=True))
     plans = _validation_order(plans)
 
     reference_plan = heuristic_plan(graph, registry, [REFERENCE_BACKEND], overrides=reference_overrides(graph, registry))
@@ -470,6 +480,12 @@ def _tune(
               grace_s=0.05 * opts.budget_s)
     stage_s["validate_s"] = time.monotonic() - t_stage
     win = _winner(plans, opts)
+    valid = [pc for pc in plans if pc.error is None]
+    fastest = min(valid, key=lambda pc: pc.latency_ms or 0.0)
+    kept = "" if fastest is win or opts.objective != "latency" else (
+        f"{fastest.label} measured {fastest.latency_ms:.3f} ms, within the measured spread of "
+        f"{win.label}'s {win.latency_ms:.3f} ms: the single-backend plan is kept")
+    noisy = [pc.label for pc in valid if pc.latency_ms and (pc.spread_ms or 0) > NOISY_SPREAD * pc.latency_ms]
     win.plan.provenance = dict(win.plan.provenance, validated=[
         {"label": pc.label, "latency_ms": pc.latency_ms, "spread_ms": pc.spread_ms,
          "peak_bytes": pc.peak_bytes, "error": pc.error,
@@ -484,6 +500,7 @@ def _tune(
         "optimizer_method": best.method if best else None,
         "optimizer_optimal": bool(best.optimal) if best else False, "optimizer_s": opt_s,
         "budget_s": opts.budget_s, "skipped_alternatives": skipped_alternatives,
+        "winner_note": kept, "load_average": load, "noisy_plans": noisy,
         "skipped_validation": [pc.label for pc in plans if pc.error == BUDGET_SKIP],
     }
     plan_id = store.put_plan(key, win.plan.to_json(), latency_ms=win.latency_ms,

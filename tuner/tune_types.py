@@ -14,6 +14,13 @@ from dispatch.errors import OpDispatchError
 from dispatch.plan import Plan
 from tuner.fingerprint import PlanKey
 
+#: a validated plan whose spread (IQR) exceeds this share of its median was timed on a busy
+#: or unsteady machine (said in the summary)
+NOISY_SPREAD = 0.15
+#: the 1-minute load average per usable core at the start of tuning from which the machine
+#: counts as busy (said in the summary: measurements taken then may not hold on a quiet one)
+BUSY_LOAD_PER_CORE = 0.5
+
 
 class TuningError(OpDispatchError):
     """The tuner could not produce a valid plan."""
@@ -49,6 +56,11 @@ class PlanCandidate:
     spread_ms: float | None = None
     peak_bytes: int | None = None
     error: str | None = None
+    #: timed runs behind ``latency_ms``
+    samples: int = 0
+    #: one of the single-backend plans (the untuned plan, each backend first, numpy only),
+    #: which a plan the optimiser made must beat by more than the measured spread
+    baseline: bool = False
 
 
 @dataclass
@@ -85,6 +97,15 @@ class TuneResult:
         skipped += [f"not validated: {', '.join(s['skipped_validation'])}"] if s.get("skipped_validation") else []
         if skipped:
             lines.append(f"over budget ({s.get('budget_s', '?')} s): " + "; ".join(skipped))
+        load = s.get("load_average")
+        if load is not None and load >= BUSY_LOAD_PER_CORE:
+            lines.append(f"the machine was busy when tuning started (load {load:.2f} per core): "
+                         "measurements may not hold on a quiet machine; re-tune when it is quiet")
+        if s.get("noisy_plans"):
+            lines.append(f"unsteady timings (spread above {NOISY_SPREAD:.0%} of the median): "
+                         f"{', '.join(s['noisy_plans'])}")
+        if s.get("winner_note"):
+            lines.append(f"winner: {s['winner_note']}")
         lines.append("validated plans (end to end, median of runs):")
         for pc in self.validated:
             what = pc.error or f"{pc.latency_ms:.2f} ms (spread {pc.spread_ms:.2f}), peak {pc.peak_bytes / 1e6:.1f} MB"

@@ -1,7 +1,8 @@
 """The tuner's validation stage: every candidate plan run end to end against the reference
 (all-numpy) outputs, the valid ones timed interleaved until their medians separate or the time
 cap is spent (:func:`_validate`), and the winner chosen among them by the objective and the
-memory cap (:func:`_winner`).
+memory cap (:func:`_winner`: a plan the optimiser made must beat the best single-backend plan
+by more than the measured spread, :func:`clearly_faster`).
 """
 
 from __future__ import annotations
@@ -94,6 +95,7 @@ def _validate(
     for (pc, _), t in zip(ready, times):
         q1, med, q3 = np.percentile(t, [25, 50, 75])
         pc.latency_ms, pc.spread_ms = float(med * 1e3), float((q3 - q1) * 1e3)
+        pc.samples = len(t)
     ready.clear()
     gc.collect()  # free the executors now: their libraries' thread pools must not outlive them
 
@@ -127,4 +129,24 @@ def _winner(validated: Sequence[PlanCandidate], opts: TuneOptions) -> PlanCandid
         raise TuningError(f"no plan passed validation: {errors}")
     if opts.objective == "memory":
         return min(ok, key=lambda pc: (pc.peak_bytes, pc.latency_ms))
-    return min(ok, key=lambda pc: pc.latency_ms)
+    fastest = min(ok, key=lambda pc: pc.latency_ms)
+    baselines = [pc for pc in ok if pc.baseline]
+    if fastest.baseline or not baselines:
+        return fastest
+    best = min(baselines, key=lambda pc: pc.latency_ms)
+    return fastest if clearly_faster(fastest, best) else best
+
+
+def _notch(pc: PlanCandidate) -> tuple[float, float]:
+    """The 95% confidence interval of ``pc``'s median latency (McGill et al.'s notch:
+    median +- 1.57 IQR / sqrt(n))."""
+    half = 1.57 * (pc.spread_ms or 0.0) / np.sqrt(max(pc.samples, 1))
+    return pc.latency_ms - half, pc.latency_ms + half  # type: ignore[operator]
+
+
+def clearly_faster(a: PlanCandidate, b: PlanCandidate) -> bool:
+    """Whether ``a``'s median latency is below ``b``'s by more than the measured spread (their
+    notches do not overlap): only then is a plan of the optimiser preferred over the best
+    single-backend plan, so that noise during tuning does not store a plan that only won by
+    chance."""
+    return _notch(a)[1] < _notch(b)[0]

@@ -36,6 +36,8 @@ def test_run_prints_what_ran_where(model_path, tmp_path):
     res = cli("run", str(model_path), "--output", str(tmp_path / "out"), "--repeat", "2")
     assert res.returncode == 0, res.stderr
     assert "run median" in res.stdout
+    # where the start-up went
+    assert all(f"{stage} " in res.stdout for stage in ("backends", "import", "simplify", "plan", "build"))
     plan = json.loads((tmp_path / "out" / "plan.json").read_text())
     assert plan["steps"], plan
     for step in plan["steps"]:  # every step of the plan that ran is shown with its backend

@@ -395,3 +395,16 @@ def test_two_tuners_and_a_reader_share_one_store(tmp_path, reg):
         assert [r.status for r in s.runs()] == ["finished", "finished"]
     for model in (small_cnn(), other_cnn()):
         assert Session(model, registry=reg, store=path, require_plan=True).plan_source == "store"
+
+
+def test_a_session_says_where_its_start_up_went(tmp_path, reg):
+    """``Session.startup`` splits the creation time into stages, for a stored plan (lookup and
+    executor build apart) and for the untuned one; figures are not judged, only accounted."""
+    store = tmp_path / "plans.sqlite"
+    tune(small_cnn(), store=store, options=_opts(), registry=reg)
+    for kwargs, source in ((dict(store=store), "store"), (dict(store=False), "heuristic")):
+        sess = Session(small_cnn(), registry=reg, **kwargs)
+        assert sess.plan_source == source, sess.plan_note
+        assert list(sess.startup) == ["backends", "import", "simplify", "plan", "build"]
+        assert all(v >= 0 for v in sess.startup.values()), sess.startup
+        assert sum(sess.startup.values()) <= sess.load_seconds + 1e-6

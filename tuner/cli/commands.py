@@ -119,8 +119,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     for info, arr in zip(sess.get_outputs(), outputs):
         print(f"output {info.name}: shape {list(arr.shape)} {arr.dtype}  mean {float(np.mean(arr)) if arr.size else 0:.6g}")
     med = float(np.median(times)) * 1e3
-    print(f"\nload+plan {load_s * 1e3:.1f} ms; run median {med:.2f} ms over {len(times)} run(s) "
-          f"(min {min(times) * 1e3:.2f} ms)")
+    stages = ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in sess.startup.items())
+    print(f"\nload+plan {load_s * 1e3:.1f} ms ({stages}); run median {med:.2f} ms over "
+          f"{len(times)} run(s) (min {min(times) * 1e3:.2f} ms)")
     if args.output:
         out = Path(args.output)
         out.mkdir(parents=True, exist_ok=True)

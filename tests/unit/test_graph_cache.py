@@ -1,0 +1,117 @@
+"""The graph cache (dispatch.graph_cache): a Session of a model file reuses the graph it
+imported and simplified last time, and never a stale, damaged or unsafe one."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+import onnx
+import pytest
+
+from dispatch import Session, graph_cache
+from tests.builders import small_cnn
+
+X = np.random.default_rng(0).standard_normal((1, 3, 16, 16)).astype(np.float32)
+
+
+@pytest.fixture()
+def cache(tmp_path, monkeypatch):
+    folder = tmp_path / "graphs"
+    monkeypatch.setenv("OPDISPATCH_GRAPH_CACHE", str(folder))
+    return folder
+
+
+def _model(tmp_path, seed=0):
+    path = tmp_path / "model.onnx"
+    onnx.save(small_cnn(seed=seed), str(path))
+    return path
+
+
+def _session(path, **kw):
+    return Session(str(path), store=False, backends=["numpy"], **kw)
+
+
+def test_the_second_session_takes_the_graph_from_the_cache(tmp_path, cache):
+    path = _model(tmp_path)
+    first = _session(path)
+    assert not first.graph_cached
+    assert len(list(cache.glob("*.pkl"))) == 1
+    second = _session(path)
+    assert second.graph_cached
+    assert [n.name for n in second.graph.nodes] == [n.name for n in first.graph.nodes]
+    assert second.simplify_stats == first.simplify_stats
+    np.testing.assert_array_equal(second.run(None, {"x": X})[0], first.run(None, {"x": X})[0])
+
+
+def test_a_changed_file_or_other_input_shapes_miss(tmp_path, cache):
+    path = _model(tmp_path, seed=0)
+    before = _session(path).run(None, {"x": X})[0]
+    time.sleep(0.01)
+    onnx.save(small_cnn(seed=1), str(path))  # other weights
+    os.utime(path, ns=(time.time_ns(), time.time_ns()))
+    changed = _session(path)
+    assert not changed.graph_cached
+    expected = Session(small_cnn(seed=1), store=False, backends=["numpy"]).run(None, {"x": X})[0]
+    np.testing.assert_array_equal(changed.run(None, {"x": X})[0], expected)
+    assert not np.array_equal(expected, before)
+    assert not _session(path, input_shapes={"x": [1, 3, 16, 16]}).graph_cached  # given: another key
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "not a graph", "other format", "group writable"])
+def test_a_damaged_or_unsafe_entry_is_ignored_and_replaced(tmp_path, cache, damage):
+    import pickle
+
+    path = _model(tmp_path)
+    _session(path)
+    (entry,) = cache.glob("*.pkl")
+    good = entry.read_bytes()
+    if damage == "garbage":
+        entry.write_bytes(b"\x00not a pickle")
+    elif damage == "truncated":
+        entry.write_bytes(good[: len(good) // 2])
+    elif damage == "not a graph":
+        entry.write_bytes(pickle.dumps((graph_cache.CACHE_FORMAT, "graph", {})))
+    elif damage == "other format":
+        entry.write_bytes(pickle.dumps((graph_cache.CACHE_FORMAT + 1, *pickle.loads(good)[1:])))
+    else:
+        os.chmod(entry, 0o664)
+    again = _session(path)
+    assert not again.graph_cached
+    np.testing.assert_allclose(again.run(None, {"x": X})[0],
+                               Session(small_cnn(), store=False, backends=["numpy"]).run(None, {"x": X})[0])
+    if damage != "group writable":  # replaced by a good one
+        assert _session(path).graph_cached
+
+
+def test_models_that_are_not_files_and_the_off_setting_are_not_cached(tmp_path, cache, monkeypatch):
+    assert not Session(small_cnn(), store=False, backends=["numpy"]).graph_cached
+    assert not cache.exists()
+    monkeypatch.setenv("OPDISPATCH_GRAPH_CACHE", "off")
+    path = _model(tmp_path)
+    _session(path)
+    assert not _session(path).graph_cached
+    assert not cache.exists()
+
+
+def test_an_unwritable_cache_folder_is_no_error(tmp_path, monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("OPDISPATCH_GRAPH_CACHE", str(blocker / "graphs"))
+    path = _model(tmp_path)
+    assert not _session(path).graph_cached
+    assert not _session(path).graph_cached
+
+
+def test_prune_keeps_the_most_recently_used(tmp_path):
+    folder = tmp_path / "graphs"
+    folder.mkdir()
+    for k in range(5):
+        entry = folder / f"{k}.pkl"
+        entry.write_bytes(b"x" * 100)
+        os.utime(entry, (1000 + k, 1000 + k))
+    assert graph_cache.prune(folder, max_entries=3) == 2
+    assert sorted(p.name for p in folder.glob("*.pkl")) == ["2.pkl", "3.pkl", "4.pkl"]
+    assert graph_cache.prune(folder, max_entries=10, max_bytes=250) == 1
+    assert sorted(p.name for p in folder.glob("*.pkl")) == ["3.pkl", "4.pkl"]
