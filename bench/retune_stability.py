@@ -5,6 +5,11 @@ twice untimed (absorbing the previous plan's leftovers, e.g. another session's s
 thread pool) and then three times timed (the round's figure is their median).
 
     python bench/retune_stability.py resnet50 squeezenet --tunes 5 --rounds 30
+    python bench/retune_stability.py inception_v1 --tunes 3 --busy-last   # issue 13
+
+``--busy-last`` runs the last tuning with a second process busy-looping on one core (the
+timing afterwards is quiet): a plan tuned on a busy machine must still be the same plan, or
+one as fast. A model is one of onnx's light architectures or the path of an ONNX file.
 
 Prints a markdown table per model: for each tuning run, whether its plan equals the first
 run's, its median latency and its ratio to the first plan's median; then how often the same
@@ -15,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -35,14 +41,21 @@ def plan_signature(plan) -> tuple:
     return tuple((tuple(s.nodes), s.impl, tuple(s.layouts_in), tuple(s.layouts_out)) for s in plan.steps)
 
 
-def stability(name: str, tunes: int, rounds: int, budget_s: float) -> str:
-    model = light_model(name, seed=0)
+def stability(name: str, tunes: int, rounds: int, budget_s: float, busy_last: bool = False) -> str:
+    model = name if name.endswith(".onnx") else light_model(name, seed=0)
     runs = []
     for k in range(tunes):
         store = os.path.join(tempfile.mkdtemp(prefix="opdispatch-retune-"), "plans.sqlite")
+        busy = busy_last and k == tunes - 1
+        hog = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if busy else None
         t0 = time.monotonic()
-        result = tune(model, store=store, options=TuneOptions(budget_s=budget_s, progress=False, seed=k))
-        runs.append({"run": k + 1, "store": store, "tune_s": time.monotonic() - t0,
+        try:
+            result = tune(model, store=store, options=TuneOptions(budget_s=budget_s, progress=False, seed=k))
+        finally:
+            if hog is not None:
+                hog.kill()
+                hog.wait()
+        runs.append({"run": k + 1, "store": store, "tune_s": time.monotonic() - t0, "busy": busy,
                      "signature": plan_signature(result.plan), "winner": result.plan.provenance.get("winner")})
         print(f"{name}: tuning run {k + 1}/{tunes} took {runs[-1]['tune_s']:.1f} s", file=sys.stderr)
     sessions = [Session(model, store=r["store"]) for r in runs]
@@ -67,6 +80,7 @@ def stability(name: str, tunes: int, rounds: int, budget_s: float) -> str:
     first = runs[0]["signature"]
     table = pd.DataFrame([{
         "tuning run": r["run"],
+        "tuned while busy": r["busy"],
         "same plan as run 1": r["signature"] == first,
         "winner": r["winner"],
         "tuning s": round(r["tune_s"], 1),
@@ -86,9 +100,11 @@ def main() -> None:
     ap.add_argument("--tunes", type=int, default=5)
     ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--budget", type=float, default=120.0)
+    ap.add_argument("--busy-last", action="store_true",
+                    help="tune the last time with a second process busy on one core")
     args = ap.parse_args()
     for name in args.models:
-        print(stability(name, args.tunes, args.rounds, args.budget))
+        print(stability(name, args.tunes, args.rounds, args.budget, args.busy_last))
 
 
 if __name__ == "__main__":

@@ -43,6 +43,7 @@ import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from dispatch import graph_cache
 from dispatch.backend import load_registry
 from dispatch.config import Config
 from dispatch.errors import OpDispatchError
@@ -55,6 +56,7 @@ from dispatch.plan import Plan, PlanStep, Rejected
 from dispatch.plan_assembly import order_steps, plan_conversions
 from dispatch.plan_policy import OBJECTIVES, objective_string, plan_backends, unavailable_backends
 from dispatch.registry import REFERENCE_BACKEND, STANDARD, Registry
+from tuner import busy
 from tuner.candidates import Candidate, enumerate_candidates
 from tuner.fingerprint import (
     PlanKey,
@@ -132,14 +134,6 @@ class _GuardedStore:
 MEASURE_SHARE = 0.55
 CONVERT_SHARE = 0.62
 OPTIMIZE_SHARE = 0.70
-
-
-def load_average() -> float | None:
-    """The 1-minute load average per usable core, ``None`` where the OS does not say."""
-    try:
-        return os.getloadavg()[0] / max(1, len(os.sched_getaffinity(0)))
-    except (OSError, AttributeError):
-        return None
 
 
 def _node_cost(c: Candidate, m: Measurement, objective: str) -> float:
@@ -301,10 +295,19 @@ def plan_key(graph: Graph, registry: Registry, backends: Sequence[str], objectiv
 
 def load_graph(model: ModelLike, registry: Registry, backends: Sequence[str],
                input_shapes: Mapping[str, Sequence[int]] | None = None) -> Graph:
-    """Import and simplify a model exactly as a Session does."""
+    """Import and simplify a model exactly as a Session does (through the graph cache,
+    :mod:`dispatch.graph_cache`, when the model is a file and the cache is on)."""
+    folder = graph_cache.cache_dir(Config.load().graph_cache)
+    digest = graph_cache.key(model, input_shapes) if folder is not None else None
+    cached = graph_cache.load(folder, digest) if folder is not None and digest else None
+    if cached is not None:
+        check_supported_ops(cached[0], registry, backends)
+        return cached[0]
     graph = import_model(model, input_shapes)
     check_supported_ops(graph, registry, backends)
-    simplify(graph, registry)
+    stats = simplify(graph, registry)
+    if folder is not None and digest:
+        graph_cache.save(folder, digest, graph, stats)
     return graph
 
 
@@ -320,7 +323,7 @@ def tune(
 ) -> TuneResult:
     """Tune ``model`` on this machine and store the winning plan (see the module docstring)."""
     t_start = time.monotonic()
-    load = load_average()
+    cpu_start = busy.snapshot()
     opts = options or TuneOptions()
     config = config or Config.load()
     objective = objective_key(opts)
@@ -345,7 +348,7 @@ def tune(
     run_id = store.start_run(model_fp=key.model, budget_s=opts.budget_s, objective=objective)
     deadline = t_start + opts.budget_s
     try:
-        result = _tune(graph, registry, backends, store, key, hw, sw, opts, deadline, run_id, say, load)
+        result = _tune(graph, registry, backends, store, key, hw, sw, opts, deadline, run_id, say, cpu_start)
     except KeyboardInterrupt:
         store.finish_run(run_id, "interrupted", {"elapsed_s": time.monotonic() - t_start})
         raise
@@ -370,7 +373,7 @@ def _tune(
     deadline: float,
     run_id: int | None,
     say: Callable[[str], None],
-    load: float | None = None,
+    cpu_start: busy.CpuSnapshot | None = None,
 ) -> TuneResult:
     untuned = heuristic_plan(graph, registry, backends)
     # the untuned plan and each backend's own untuned plan (the backend first, numpy for what
@@ -500,7 +503,8 @@ def _tune(
         "optimizer_method": best.method if best else None,
         "optimizer_optimal": bool(best.optimal) if best else False, "optimizer_s": opt_s,
         "budget_s": opts.budget_s, "skipped_alternatives": skipped_alternatives,
-        "winner_note": kept, "load_average": load, "noisy_plans": noisy,
+        "winner_note": kept, "noisy_plans": noisy,
+        "others_cpu_share": busy.others_share(cpu_start, busy.snapshot()),
         "skipped_validation": [pc.label for pc in plans if pc.error == BUDGET_SKIP],
     }
     plan_id = store.put_plan(key, win.plan.to_json(), latency_ms=win.latency_ms,

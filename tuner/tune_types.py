@@ -12,14 +12,12 @@ from typing import Any
 
 from dispatch.errors import OpDispatchError
 from dispatch.plan import Plan
+from tuner.busy import BUSY_SHARE
 from tuner.fingerprint import PlanKey
 
 #: a validated plan whose spread (IQR) exceeds this share of its median was timed on a busy
 #: or unsteady machine (said in the summary)
 NOISY_SPREAD = 0.15
-#: the 1-minute load average per usable core at the start of tuning from which the machine
-#: counts as busy (said in the summary: measurements taken then may not hold on a quiet one)
-BUSY_LOAD_PER_CORE = 0.5
 
 
 class TuningError(OpDispatchError):
@@ -97,10 +95,11 @@ class TuneResult:
         skipped += [f"not validated: {', '.join(s['skipped_validation'])}"] if s.get("skipped_validation") else []
         if skipped:
             lines.append(f"over budget ({s.get('budget_s', '?')} s): " + "; ".join(skipped))
-        load = s.get("load_average")
-        if load is not None and load >= BUSY_LOAD_PER_CORE:
-            lines.append(f"the machine was busy when tuning started (load {load:.2f} per core): "
-                         "measurements may not hold on a quiet machine; re-tune when it is quiet")
+        share = s.get("others_cpu_share")
+        if share is not None and share >= BUSY_SHARE:
+            lines.append(f"the machine was busy while tuning (other processes took {share:.0%} of its "
+                         "CPU time): the measurements, and so the plan, may not hold on a quiet "
+                         "machine; re-tune when it is quiet")
         if s.get("noisy_plans"):
             lines.append(f"unsteady timings (spread above {NOISY_SPREAD:.0%} of the median): "
                          f"{', '.join(s['noisy_plans'])}")

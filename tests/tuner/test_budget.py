@@ -85,3 +85,30 @@ def test_a_slow_stage_does_not_take_the_run_past_its_budget(tmp_path, reg):
     assert by_label["untuned (heuristic)"].error is None
     # loose on purpose (this is not a speed test): the unlimited run takes about 20 s
     assert elapsed < 2.5 * budget, (elapsed, result.stats)
+
+
+def test_tuning_on_a_busy_machine_is_said(tmp_path, reg):
+    """Other processes taking half of the machine's CPU time while tuning are measured
+    (tuner.busy: /proc/stat against this process's own CPU time) and said in the summary."""
+    import os
+    import subprocess
+    import sys
+
+    from tuner import busy
+
+    if busy.snapshot() is None:
+        pytest.skip("no /proc/stat here: the share is not known")
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+            for _ in range(max(1, (os.cpu_count() or 2) // 2))]
+    try:
+        time.sleep(0.3)
+        result = tune(relu_chain(), store=PlanStore(tmp_path / "plans.sqlite"), registry=reg,
+                      options=TuneOptions(budget_s=3, backends=["numpy"], top_k=1, validate_runs=3,
+                                          per_candidate_cap_s=0.05, progress=False))
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+    share = result.stats["others_cpu_share"]
+    assert share is not None and share >= busy.BUSY_SHARE, result.stats
+    assert "the machine was busy while tuning" in result.summary()

@@ -115,3 +115,18 @@ def test_prune_keeps_the_most_recently_used(tmp_path):
     assert sorted(p.name for p in folder.glob("*.pkl")) == ["2.pkl", "3.pkl", "4.pkl"]
     assert graph_cache.prune(folder, max_entries=10, max_bytes=250) == 1
     assert sorted(p.name for p in folder.glob("*.pkl")) == ["3.pkl", "4.pkl"]
+
+
+def test_the_tuner_and_a_session_share_the_cached_graph_and_its_plan_key(tmp_path, cache):
+    """A plan tuned from a cached graph is found by a Session whose graph came from the cache
+    (the key is computed from the same graph either way)."""
+    from tuner.tune import TuneOptions, tune
+
+    path = _model(tmp_path)
+    store = tmp_path / "plans.sqlite"
+    tune(str(path), store=store, options=TuneOptions(budget_s=10, top_k=1, validate_runs=2,
+                                                     per_candidate_cap_s=0.02, progress=False,
+                                                     backends=["numpy"]))
+    assert len(list(cache.glob("*.pkl"))) == 1  # written by the tuner's import
+    sess = Session(str(path), store=store, backends=["numpy"])
+    assert sess.graph_cached and sess.plan_source == "store", sess.plan_note

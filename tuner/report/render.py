@@ -12,6 +12,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from tuner.busy import BUSY_SHARE
 from tuner.report.data import ReportData, fmt_bytes, fmt_delta, fmt_ms, fmt_share, is_known
 
 
@@ -74,6 +75,9 @@ def summary_rows(s: Mapping[str, Any]) -> list[tuple[str, str]]:
                                   if tun.get("skipped_alternatives") else "")
                                + (f", not validated (budget): {', '.join(tun['skipped_validation'])}"
                                   if tun.get("skipped_validation") else "")
+                               + (f", machine busy: other processes took {tun['others_cpu_share']:.0%} "
+                                  f"of its CPU time" if (tun.get("others_cpu_share") or 0) >= BUSY_SHARE
+                                  else "")
                                + (f", {tun['conversions_estimated']} converter cost(s) estimated "
                                   f"from bandwidth (not stored, so shown as not measured)"
                                   if tun.get("conversions_estimated") else "")

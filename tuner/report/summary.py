@@ -93,6 +93,7 @@ def _tuning(src: Sources) -> dict[str, Any] | None:
             "reused": stats.get("reused"), "skipped_budget": stats.get("skipped_budget"),
             "skipped_alternatives": stats.get("skipped_alternatives"),
             "skipped_validation": stats.get("skipped_validation"),
+            "others_cpu_share": stats.get("others_cpu_share"),
             "conversions_measured": stats.get("conversions_measured"),
             "conversions_estimated": stats.get("conversions_estimated"),
             "wrong": stats.get("wrong"), "candidates": stats.get("candidates")}
