@@ -15,8 +15,8 @@ from tests.fakes import registry_with_fake
 from tuner.store import PlanStore
 from tuner.tune import TuneOptions, tune
 
-#: a tuner that measures slowly (every candidate runs to its 0.3 s cap), so a signal lands
-#: in the middle of the measurement stage
+#: a tuner that measures slowly (every candidate runs to its 1 s cap: the whole stage takes
+#: tens of seconds), so a signal lands in the middle of the measurement stage
 SLOW_TUNER = """
 import sys
 from tests.builders import small_cnn
@@ -24,7 +24,7 @@ from tests.fakes import registry_with_fake
 from tuner.tune import TuneOptions, tune
 try:
     tune(small_cnn(), store=sys.argv[1], registry=registry_with_fake(),
-         options=TuneOptions(per_candidate_cap_s=0.3, ci_target=1e-9, progress=False))
+         options=TuneOptions(per_candidate_cap_s=1.0, ci_target=1e-9, progress=False))
 except KeyboardInterrupt:
     sys.exit(130)
 """
@@ -48,6 +48,7 @@ def test_an_interrupted_run_keeps_its_measurements_and_the_next_resumes(tmp_path
             assert proc.poll() is None, "the tuner ended before it could be interrupted"
             assert time.monotonic() < deadline, "no measurement committed within 120 s"
             time.sleep(0.1)
+        assert proc.poll() is None, "the tuner ended before the signal was sent"
         proc.send_signal(sig)
         rc = proc.wait(timeout=60)
     finally:
