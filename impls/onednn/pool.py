@@ -68,6 +68,11 @@ def pool_params(node: Node) -> tuple[list[int], str] | str:
     xb, xr = geom.extra_end
     if node.op_type == "MaxPool":
         kind = "max"
+        for i, n_in in enumerate((h, w)):
+            coords = geom.coords(win, i)
+            if not ((coords >= 0) & (coords < n_in)).any(axis=0).all():
+                return ("a window lies entirely in the padding: oneDNN gives -FLT_MAX there, "
+                        "ONNX -inf")
     elif int(node.attr("count_include_pad", 0)):
         if xb or xr:
             return ("count_include_pad=1 with ceil-mode windows past the padding (ONNX does not "

@@ -148,9 +148,10 @@ def test_pooling_matches_reference(data):
     op, x, attrs = data
     node, ref = _pool_case(op, x, attrs)
     impls = supporting(op, node)
-    if not impls:  # e.g. count_include_pad with ceil-mode windows past the padding
+    if not impls:  # count_include_pad with ceil-mode windows past the padding, or a MaxPool
+        # window entirely in the padding (oneDNN: -FLT_MAX, ONNX: -inf)
         reason = registry().impl(f"{op}.onednn.std").supports(node)
-        assert "count_include_pad" in reason, reason
+        assert "count_include_pad" in reason or "entirely in the padding" in reason, reason
         return
     reasons = {i.name: i.supports(node) for i in onednn_impls(op)}
     assert reasons[f"{op}.onednn.std"] is None, reasons
@@ -307,3 +308,16 @@ def test_batchnorm_needs_constant_parameters():
 def test_bad_input_raises_value_error(call, match):
     with pytest.raises(ValueError, match=match):
         call(onednn())
+
+
+def test_a_maxpool_window_entirely_in_the_padding_is_refused():
+    """A dilated window that lands only in padding: ONNX's maximum there is -inf, oneDNN's is
+    -FLT_MAX (found by the pooling property test), so oneDNN refuses the node."""
+    x = np.array([[[[0.125]]]], np.float32)
+    attrs = {"kernel_shape": [1, 2], "strides": [1, 1], "dilations": [1, 2], "pads": [0, 1, 0, 1]}
+    node, _ = case("MaxPool", [x], attrs)
+    assert "entirely in the padding" in registry().impl("MaxPool.onednn.std").supports(node)
+    attrs["pads"] = [0, 0, 0, 0]
+    x2 = np.ones((1, 1, 1, 3), np.float32)
+    node, _ = case("MaxPool", [x2], attrs)
+    assert registry().impl("MaxPool.onednn.std").supports(node) is None

@@ -18,7 +18,15 @@ from tuner.tune import TuneOptions, tune
 #: a tuner that measures slowly (every candidate runs to its 1 s cap: the whole stage takes
 #: tens of seconds), so a signal lands in the middle of the measurement stage
 SLOW_TUNER = """
+import signal
 import sys
+# Ctrl-C as a terminal delivers it, whatever the test runner's process left to its children: a
+# blocked SIGINT (the signal mask is inherited through fork and exec) or an ignored one
+# (in one CI run of the whole suite the child never saw the signal and tuned to the end)
+print("sigint blocked:", signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, []),
+      "handler:", signal.getsignal(signal.SIGINT), file=sys.stderr, flush=True)
+signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from tests.builders import small_cnn
 from tests.fakes import registry_with_fake
 from tuner.tune import TuneOptions, tune
@@ -41,7 +49,9 @@ def _count(path) -> int:
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "kill"])
 def test_an_interrupted_run_keeps_its_measurements_and_the_next_resumes(tmp_path, sig):
     path = tmp_path / "plans.sqlite"
-    proc = subprocess.Popen([sys.executable, "-c", SLOW_TUNER, str(path)])
+    log = tmp_path / "stderr.txt"
+    with open(log, "w") as err:
+        proc = subprocess.Popen([sys.executable, "-c", SLOW_TUNER, str(path)], stderr=err)
     try:
         deadline = time.monotonic() + 120
         while _count(path) < 3:
@@ -54,7 +64,8 @@ def test_an_interrupted_run_keeps_its_measurements_and_the_next_resumes(tmp_path
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert rc == (130 if sig == signal.SIGINT else -signal.SIGKILL)
+    stderr = log.read_text()
+    assert rc == (130 if sig == signal.SIGINT else -signal.SIGKILL), stderr[-2000:]
     kept = _count(path)
     assert kept >= 3
     with PlanStore(path) as store:
