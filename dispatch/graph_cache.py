@@ -17,6 +17,7 @@ dropped first.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import os
 import pickle
@@ -28,6 +29,10 @@ from pathlib import Path
 from typing import Any
 
 from dispatch.graph import Graph
+from dispatch.heuristic import check_supported_ops
+from dispatch.onnx_import import import_model
+from dispatch.passes import simplify
+from dispatch.registry import Registry
 
 #: bumped whenever what is pickled changes shape
 CACHE_FORMAT = 1
@@ -147,3 +152,41 @@ def prune(folder: Path, max_entries: int = MAX_ENTRIES, max_bytes: int = MAX_BYT
                 path.unlink()
                 dropped += 1
     return dropped
+
+
+@dataclasses.dataclass
+class LoadedGraph:
+    """A graph ready to plan (see :func:`load_graph`), and where its time went."""
+
+    graph: Graph
+    simplify_stats: dict[str, Any]
+    #: whether it came from the cache (nothing imported or simplified)
+    cached: bool
+    import_s: float
+    simplify_s: float
+
+
+def load_graph(
+    model: Any,
+    input_shapes: Mapping[str, Sequence[int]] | None,
+    registry: Registry,
+    backends: Sequence[str],
+    setting: str,
+) -> LoadedGraph:
+    """``model`` imported, checked against ``backends`` and simplified, through the cache in
+    the folder ``setting`` names (:func:`cache_dir`) when the model is a file: what a Session
+    and the tuner both start with."""
+    t0 = time.perf_counter()
+    folder = cache_dir(setting)
+    digest = key(model, input_shapes) if folder is not None else None
+    hit = load(folder, digest) if folder is not None and digest else None
+    if hit is not None:
+        check_supported_ops(hit[0], registry, backends)
+        return LoadedGraph(hit[0], hit[1], True, time.perf_counter() - t0, 0.0)
+    graph = import_model(model, input_shapes)
+    check_supported_ops(graph, registry, backends)
+    t1 = time.perf_counter()
+    stats = simplify(graph, registry)
+    if folder is not None and digest:
+        save(folder, digest, graph, stats)
+    return LoadedGraph(graph, stats, False, t1 - t0, time.perf_counter() - t1)

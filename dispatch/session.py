@@ -34,9 +34,8 @@ from dispatch.errors import (
 from dispatch.executor import Executor, reference_overrides
 from dispatch.feeds import check_feeds, check_output_names
 from dispatch.graph import Graph
-from dispatch.heuristic import check_supported_ops, heuristic_plan
-from dispatch.onnx_import import ModelLike, import_model
-from dispatch.passes import simplify
+from dispatch.heuristic import heuristic_plan
+from dispatch.onnx_import import ModelLike
 from dispatch.plan import Plan
 from dispatch.plan_policy import parse_objective, plan_backends
 from dispatch.plan_source import PlanSource, default_plan_source
@@ -230,25 +229,14 @@ class Session:
         self.backend_order = order
         self._configure_backends()
         t_stage = self._stage("backends", t_stage)
-        folder = graph_cache.cache_dir(self.config.graph_cache)
-        digest = graph_cache.key(model, input_shapes) if folder is not None else None
-        cached = graph_cache.load(folder, digest) if folder is not None and digest else None
+        loaded = graph_cache.load_graph(model, input_shapes, self.registry, self._allowed_backends(),
+                                        self.config.graph_cache)
+        self.graph: Graph = loaded.graph
+        self.simplify_stats = loaded.simplify_stats
         #: whether the graph came from the graph cache (:mod:`dispatch.graph_cache`)
-        self.graph_cached = cached is not None
-        self.graph: Graph
-        if cached is not None:
-            self.graph, self.simplify_stats = cached
-            check_supported_ops(self.graph, self.registry, self._allowed_backends())
-            t_stage = self._stage("import", t_stage)
-            t_stage = self._stage("simplify", t_stage)
-        else:
-            self.graph = import_model(model, input_shapes)
-            check_supported_ops(self.graph, self.registry, self._allowed_backends())
-            t_stage = self._stage("import", t_stage)
-            self.simplify_stats = simplify(self.graph, self.registry)
-            if folder is not None and digest:
-                graph_cache.save(folder, digest, self.graph, self.simplify_stats)
-            t_stage = self._stage("simplify", t_stage)
+        self.graph_cached = loaded.cached
+        self.startup["import"], self.startup["simplify"] = loaded.import_s, loaded.simplify_s
+        t_stage = time.perf_counter()
         # kept to tune later: the model as given (a path is re-read by the tuner)
         self._model = model
         self._input_shapes = {k: list(v) for k, v in input_shapes.items()} if input_shapes else None

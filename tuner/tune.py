@@ -49,9 +49,8 @@ from dispatch.config import Config
 from dispatch.errors import OpDispatchError
 from dispatch.executor import Executor
 from dispatch.graph import Graph
-from dispatch.heuristic import check_supported_ops, heuristic_plan
-from dispatch.onnx_import import ModelLike, import_model
-from dispatch.passes import simplify
+from dispatch.heuristic import heuristic_plan
+from dispatch.onnx_import import ModelLike
 from dispatch.plan import Plan, PlanStep, Rejected
 from dispatch.plan_assembly import order_steps, plan_conversions
 from dispatch.plan_policy import OBJECTIVES, objective_string, plan_backends, unavailable_backends
@@ -297,18 +296,8 @@ def load_graph(model: ModelLike, registry: Registry, backends: Sequence[str],
                input_shapes: Mapping[str, Sequence[int]] | None = None) -> Graph:
     """Import and simplify a model exactly as a Session does (through the graph cache,
     :mod:`dispatch.graph_cache`, when the model is a file and the cache is on)."""
-    folder = graph_cache.cache_dir(Config.load().graph_cache)
-    digest = graph_cache.key(model, input_shapes) if folder is not None else None
-    cached = graph_cache.load(folder, digest) if folder is not None and digest else None
-    if cached is not None:
-        check_supported_ops(cached[0], registry, backends)
-        return cached[0]
-    graph = import_model(model, input_shapes)
-    check_supported_ops(graph, registry, backends)
-    stats = simplify(graph, registry)
-    if folder is not None and digest:
-        graph_cache.save(folder, digest, graph, stats)
-    return graph
+    return graph_cache.load_graph(model, input_shapes, registry, backends,
+                                  Config.load().graph_cache).graph
 
 
 def tune(
