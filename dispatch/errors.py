@@ -31,6 +31,16 @@ class ShapeInferenceError(OpDispatchError):
     """A value's shape could not be determined statically."""
 
 
+class SymbolicShapeError(ShapeInferenceError):
+    """An input's shape is symbolic and no concrete shape was given for it. ``inputs`` holds
+    the model's declared inputs (:class:`dispatch.input_shapes.DeclaredInput`), so that a
+    caller that can wait for the feeds (a Session) does not read the model again."""
+
+    def __init__(self, message: str, inputs: list | None = None) -> None:
+        super().__init__(message)
+        self.inputs = list(inputs or [])
+
+
 class FeedError(OpDispatchError):
     """Inputs passed to ``Session.run`` do not match the model's inputs."""
 

@@ -111,6 +111,12 @@ class Graph:
     inputs: list[Value]
     outputs: list[Value]
     opsets: dict[str, int] = field(default_factory=dict)
+    #: the model's inputs as declared, symbolic dimensions kept
+    #: (:class:`dispatch.input_shapes.DeclaredInput`; empty for a graph built by hand)
+    declared: list[Any] = field(default_factory=list)
+    #: the structure's identity with input shapes left open
+    #: (:func:`dispatch.input_shapes.family_digest`; empty until the graph is loaded)
+    family: str = ""
 
     def value(self, name: str) -> Value:
         try:

@@ -30,12 +30,13 @@ from typing import Any
 
 from dispatch.graph import Graph
 from dispatch.heuristic import check_supported_ops
+from dispatch.input_shapes import family_digest
 from dispatch.onnx_import import import_model
 from dispatch.passes import simplify
 from dispatch.registry import Registry
 
 #: bumped whenever what is pickled changes shape
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2
 MAX_ENTRIES = 64
 MAX_BYTES = 4 * 2**30
 #: the value of OPDISPATCH_GRAPH_CACHE that turns the cache off
@@ -184,6 +185,7 @@ def load_graph(
         check_supported_ops(hit[0], registry, backends)
         return LoadedGraph(hit[0], hit[1], True, time.perf_counter() - t0, 0.0)
     graph = import_model(model, input_shapes)
+    graph.family = family_digest(graph, graph.declared)
     check_supported_ops(graph, registry, backends)
     t1 = time.perf_counter()
     stats = simplify(graph, registry)

@@ -27,6 +27,7 @@ from dispatch.errors import (
     ModelLoadError,
     OpDispatchError,
     ShapeInferenceError,
+    SymbolicShapeError,
     TensorTooLargeError,
 )
 from dispatch.graph import (
@@ -36,6 +37,7 @@ from dispatch.graph import (
     check_tensor_sizes,
     topological_order,
 )
+from dispatch.input_shapes import bind, declared_inputs
 from dispatch.onnx_attrs import attrs_from_proto, np_dtype
 from dispatch.op_schema import (
     CustomShapeError,
@@ -206,7 +208,8 @@ def _fix_inputs(
 ) -> None:
     init_names = {i.name for i in proto.graph.initializer}
     real_inputs = [i for i in proto.graph.input if i.name not in init_names]
-    shapes = dict(input_shapes or {})
+    # the inputs not given take their shapes from the symbols the given ones bind
+    shapes = bind(declared_inputs(proto), input_shapes)
     unknown = set(shapes) - {i.name for i in real_inputs}
     if unknown:
         raise ShapeInferenceError(
@@ -251,9 +254,10 @@ def _fix_inputs(
                         f"dimension {k} = {d} ({_fmt_dims(dims)})"
                     )
         elif not declared_rank or any(not isinstance(d, int) for d in dims):
-            raise ShapeInferenceError(
+            raise SymbolicShapeError(
                 f"input {vi.name!r} has no static shape ({_fmt_dims(dims) if declared_rank else 'unknown rank'}); "
-                f"give it with input_shapes={{{vi.name!r}: [...]}} or --shape {vi.name}=1x3x224x224"
+                f"give it with input_shapes={{{vi.name!r}: [...]}} or --shape {vi.name}=1x3x224x224",
+                declared_inputs(proto),
             )
         else:
             new = [int(d) for d in dims]  # type: ignore[arg-type]
@@ -393,10 +397,13 @@ def import_model(
     if proto.functions:
         names = ", ".join(f.name for f in proto.functions)
         raise ModelLoadError(f"model-local functions are not supported (the model defines: {names})")
+    declared = declared_inputs(proto)
     _fix_inputs(proto, input_shapes)
     light, weights = _split_weights(proto)
     inferred = _infer(light)
-    return _to_graph(inferred, weights)
+    graph = _to_graph(inferred, weights)
+    graph.declared = declared
+    return graph
 
 
 #: initializers of more elements than this are kept out of onnx's checker and shape inference

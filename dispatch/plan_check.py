@@ -142,10 +142,13 @@ def _check_step(k: int, step: PlanStep, graph: Graph, registry: Registry) -> Non
     try:
         impl = registry.impl(step.impl)
     except OpDispatchError:
+        op = step.impl.split(".", 1)[0]
         mine = [i.name for i in registry.implementations if i.backend == step.backend]
+        same_op = [n for n in mine if n.split(".", 1)[0] == op]
         raise PlanError(
             f"{where}: unknown implementation {step.impl!r}; expected one registered for backend "
-            f"{step.backend!r}: {known(mine, limit=20)}"
+            f"{step.backend!r}: "
+            + (f"for {op}: {known(same_op)}" if same_op else known(mine, limit=20))
         ) from None
     if impl.backend != step.backend:
         raise PlanError(

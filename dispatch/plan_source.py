@@ -38,12 +38,16 @@ class StoredPlanLookup:
             the lookup stopped before computing it).
         note: where ``plan`` came from, or why no stored plan is used (one sentence).
         reasons: why no stored plan matched, one line each (empty on a hit).
+        stored_shapes: the input shapes plans of the same model (its structure with the
+            input shapes left open: :attr:`dispatch.graph.Graph.family`) are stored for,
+            written like ``input_ids[1,128], attention_mask[1,128]`` (filled on a miss).
     """
 
     plan: Plan | None
     key: Any = None
     note: str = ""
     reasons: list[str] = field(default_factory=list)
+    stored_shapes: list[str] = field(default_factory=list)
 
 
 @runtime_checkable

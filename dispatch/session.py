@@ -22,65 +22,51 @@ from onnx import helper
 
 from dispatch import graph_cache
 from dispatch.backend import load_registry
-from dispatch.compare import MODEL_TOLERANCE, check_outputs
 from dispatch.config import Config
 from dispatch.errors import (
     ArgumentError,
-    KernelError,
-    OpDispatchError,
     PlanError,
     PlanNotFoundError,
+    SymbolicShapeError,
 )
-from dispatch.executor import Executor, reference_overrides
+from dispatch.executor import Executor
 from dispatch.feeds import check_feeds, check_output_names
 from dispatch.graph import Graph
 from dispatch.heuristic import heuristic_plan
+from dispatch.input_shapes import DeclaredInput, ShapeSet, format_shapes
 from dispatch.onnx_import import ModelLike
 from dispatch.plan import Plan
 from dispatch.plan_policy import parse_objective, plan_backends
 from dispatch.plan_source import PlanSource, default_plan_source
-from dispatch.registry import REFERENCE_BACKEND, Registry
+from dispatch.registry import Registry
+from dispatch.session_fallback import MAX_FAULTS as MAX_FAULTS  # re-exported
+from dispatch.session_fallback import FallbackMixin
+from dispatch.session_fallback import Fault as Fault  # re-exported
+from dispatch.session_tuning import TuningMixin
+from dispatch.shape_sessions import MAX_SHAPES, ShapeSessions
 
 #: The values ``Session(tune=...)`` accepts.
 TUNE_MODES = (None, "first-run")
 #: The values ``Session(on_error=...)`` accepts.
 ON_ERROR_MODES = ("raise", "fallback")
-#: How many :class:`Fault` records a session keeps (the most recent).
-MAX_FAULTS = 1000
+
+
+@dataclass(frozen=True)
+class _Shaped:
+    """A stand-in feed with a shape only (for :meth:`Session.for_shapes`)."""
+
+    shape: tuple[int, ...]
 
 
 @dataclass(frozen=True)
 class IOInfo:
-    """Name, static shape and ONNX type string of a model input or output (like ``NodeArg``)."""
+    """Name, shape and ONNX type string of a model input or output (like ``NodeArg``); a
+    symbolic dimension is its name (``"batch"``) or ``None`` while nothing is planned."""
 
     name: str
-    shape: list[int]
+    shape: list[Any]
     type: str
     dtype: np.dtype
-
-
-@dataclass(frozen=True)
-class Fault:
-    """One run-time failure of an implementation that ``on_error="fallback"`` recovered from.
-
-    Attributes:
-        node: the failing call's label (node name, fused ``a+b``, or ``convert ...``).
-        implementation: the implementation (or converter chain) that raised.
-        backend: its backend.
-        error: ``"ExceptionType: message"`` of the failure.
-        time: when it happened (``time.time()``, seconds since the epoch).
-        recovery: how the run was answered: ``"reference implementation"`` (the failing
-            step re-run on the reference implementations of its nodes, the rest of the plan
-            as planned) or ``"reference plan"`` (the whole run on the numpy reference plan,
-            when the step could not be re-run).
-    """
-
-    node: str
-    implementation: str
-    backend: str
-    error: str
-    time: float
-    recovery: str = "reference implementation"
 
 
 def _type_string(dtype: np.dtype) -> str:
@@ -88,7 +74,7 @@ def _type_string(dtype: np.dtype) -> str:
     return f"tensor({helper.tensor_dtype_to_string(elem).split('.')[-1].lower()})"
 
 
-class Session:
+class Session(TuningMixin, FallbackMixin):
     """Load an ONNX model, plan it over the available backends, and run it.
 
     Args:
@@ -125,6 +111,20 @@ class Session:
             :class:`~dispatch.plan_source.PlanSource`); default the one installed under the
             ``opdispatch.plan_sources`` entry point (the tuner's plan store). Without one, the
             session runs given and untuned plans and :attr:`plan_note` says why.
+        max_shapes: how many input shapes besides the session's own keep their planned
+            executors (the least recently run dropped first; see below).
+
+    Models with symbolic input dimensions (``input_ids: [batch, sequence]``): a session
+    accepts any feed that fits the declaration. Each concrete input shape has its own plan,
+    taken like the session's own (the stored plan of that shape, else the untuned one;
+    ``require_plan`` raises :class:`~dispatch.errors.PlanNotFoundError` naming the shape and
+    the shapes stored; ``tune="first-run"`` tunes each shape on its first run), and its own
+    executor, built on the first run of that shape and kept in a cache of ``max_shapes``.
+    Without ``input_shapes``, nothing is planned before the first run (:attr:`plan_source`
+    is ``"deferred"``); with them, the session is planned for them, and other shapes are
+    planned when they are first run. The attributes below describe the session's own shape
+    (the one given, or that of the first run); :meth:`for_shapes` returns the session that
+    runs another shape.
 
     Every plan (given, stored or tuned) is checked against the graph and the registry before
     it is built (:func:`dispatch.plan_check.validate_plan`): a given plan that fails raises
@@ -173,6 +173,7 @@ class Session:
         tune_options: Any = None,
         on_error: str = "raise",
         source: PlanSource | None = None,
+        max_shapes: int = MAX_SHAPES,
     ) -> None:
         t0 = time.perf_counter()
         if on_error not in ON_ERROR_MODES:
@@ -229,17 +230,12 @@ class Session:
         self.backend_order = order
         self._configure_backends()
         t_stage = self._stage("backends", t_stage)
-        loaded = graph_cache.load_graph(model, input_shapes, self.registry, self._allowed_backends(),
-                                        self.config.graph_cache)
-        self.graph: Graph = loaded.graph
-        self.simplify_stats = loaded.simplify_stats
-        #: whether the graph came from the graph cache (:mod:`dispatch.graph_cache`)
-        self.graph_cached = loaded.cached
-        self.startup["import"], self.startup["simplify"] = loaded.import_s, loaded.simplify_s
-        t_stage = time.perf_counter()
-        # kept to tune later: the model as given (a path is re-read by the tuner)
+        # kept to tune later and to plan other shapes: the model as given (a path is re-read)
         self._model = model
-        self._input_shapes = {k: list(v) for k, v in input_shapes.items()} if input_shapes else None
+        self._backends_arg = list(backends) if backends is not None else None
+        self._given_plan = plan
+        self._overrides = dict(overrides) if overrides else None
+        self._why_no_source = why_no_source
         self._store = store
         self._tune_budget_s = tune_budget_s
         self._tune_options = tune_options
@@ -251,27 +247,80 @@ class Session:
         self.store_path: str | None = (
             None if store is False or self.source is None
             else self.source.store_path(store, self.config))
+        self._shape_sessions = ShapeSessions(self, max_shapes)
+        self._input_shapes: dict[str, list[int]] | None = None
+        self._stored_shapes: list[str] = []
+        self._unplanned()
+        try:
+            loaded = graph_cache.load_graph(model, input_shapes, self.registry,
+                                            self._allowed_backends(), self.config.graph_cache)
+        except SymbolicShapeError as exc:
+            if not exc.inputs or plan is not None:
+                raise
+            # each shape is planned when it is first fed (see ShapeSessions)
+            self.declared: list[DeclaredInput] = exc.inputs
+            self.plan_source = "deferred"
+            self.plan_note = (
+                "the model's inputs have symbolic dimensions ("
+                + "; ".join(d.describe() for d in self.declared if d.symbolic)
+                + "): each input shape is planned when it is first run")
+            self.load_seconds = time.perf_counter() - t0
+            return
+        self._specialize(loaded, input_shapes)
+        self.load_seconds = time.perf_counter() - t0
+
+    def _unplanned(self) -> None:
+        """The state of a session with no graph yet (and after a failed :meth:`_specialize`)."""
+        self.graph: Graph | None = None
+        self.simplify_stats: dict[str, Any] = {}
+        #: whether the graph came from the graph cache (:mod:`dispatch.graph_cache`)
+        self.graph_cached = False
         self.plan_key: Any = None
         self.tune_result: Any = None
-        self.plan_source = "given"
+        self.plan_source = ""
         self.plan_note = ""
         self._miss_reasons: list[str] = []
         self._executor: Executor | None = None
+        self._plan: Plan | None = None
+
+    def _specialize(self, loaded: graph_cache.LoadedGraph,
+                    input_shapes: Mapping[str, Sequence[int]] | None) -> None:
+        """Take ``loaded`` (the model at concrete input shapes) and plan it: the given plan,
+        the stored one, or the untuned one; then build its executor."""
+        try:
+            self._plan_graph(loaded, input_shapes)
+        except BaseException:
+            self._unplanned()
+            raise
+
+    def _plan_graph(self, loaded: graph_cache.LoadedGraph,
+                    input_shapes: Mapping[str, Sequence[int]] | None) -> None:
+        self.graph = loaded.graph
+        self.declared = loaded.graph.declared
+        self.plan_note = ""
+        self.simplify_stats = loaded.simplify_stats
+        self.graph_cached = loaded.cached
+        self.startup["import"], self.startup["simplify"] = loaded.import_s, loaded.simplify_s
+        t_stage = time.perf_counter()
+        self._input_shapes = {k: list(v) for k, v in input_shapes.items()} if input_shapes else None
+        plan, overrides, store = self._given_plan, self._overrides, self._store
+        self.plan_source = "given"
         if plan is not None:
             self._plan = Plan.from_json(plan) if isinstance(plan, str) else plan
         else:
             stored = None
-            if why_no_source and store is not False:
-                self.plan_note = f"{why_no_source}: running the untuned plan"
-                self._miss_reasons = [why_no_source]
+            if self._why_no_source and store is not False:
+                self.plan_note = f"{self._why_no_source}: running the untuned plan"
+                self._miss_reasons = [self._why_no_source]
             elif not overrides and store is not False:
-                stored = self._stored_plan(store, objective)
+                stored = self._stored_plan(store, self.objective)
             if stored is None:
                 if self.require_plan:
                     raise self._plan_not_found()
-                self._plan = heuristic_plan(self.graph, self.registry, order, overrides=overrides)
+                self._plan = heuristic_plan(self.graph, self.registry, self.backend_order,
+                                            overrides=overrides)
                 self.plan_source = "heuristic"
-                if tune == "first-run":
+                if self.tune_mode == "first-run":
                     self._tune_on_first_run = True
                     self.plan_note += "; the first run tunes it"
         t_stage = self._stage("plan", t_stage)
@@ -281,7 +330,27 @@ class Session:
         if self.plan_source == "store":  # the stored plan's executor was built by the lookup
             build = self.startup["plan"] + self.startup["build"] - self._lookup_s
             self.startup.update(plan=self._lookup_s, build=build)
-        self.load_seconds = time.perf_counter() - t0
+
+    def _plan_shapes(self, shapes: ShapeSet) -> None:
+        """Plan this (deferred) session for the concrete input ``shapes`` of its first run."""
+        t0 = time.perf_counter()
+        given = dict(shapes)
+        loaded = graph_cache.load_graph(self._model, given, self.registry,
+                                        self._allowed_backends(), self.config.graph_cache)
+        self._specialize(loaded, given)
+        self.load_seconds += time.perf_counter() - t0
+
+    def _for_shapes(self, shapes: ShapeSet) -> Session:
+        """A new session like this one (same model, backends, store, policies), planned for
+        the concrete input ``shapes``."""
+        return Session(
+            self._model, backends=self._backends_arg, input_shapes=dict(shapes),
+            plan=self._given_plan, overrides=self._overrides, config=self.config,
+            registry=self.registry, store=self._store, objective=self.objective,
+            tune=self.tune_mode, require_plan=self.require_plan,
+            tune_budget_s=self._tune_budget_s, tune_options=self._tune_options,
+            on_error=self.on_error, source=self.source, max_shapes=1,
+        )
 
     def _stage(self, name: str, since: float) -> float:
         """Record the seconds since ``since`` as start-up stage ``name`` (see :attr:`startup`)."""
@@ -353,6 +422,7 @@ class Session:
         self._lookup_s = time.perf_counter() - t_lookup
         self.plan_key = found.key
         self.plan_note = found.note
+        self._stored_shapes = list(getattr(found, "stored_shapes", ()))
         if found.plan is None:
             self._miss_reasons = list(found.reasons)
             return None
@@ -369,92 +439,25 @@ class Session:
         return found.plan
 
     def _plan_not_found(self) -> PlanNotFoundError:
+        assert self.graph is not None
         reasons = [" ".join(r.split()) for r in self._miss_reasons] or ["no plan matched"]
+        shapes = here = ""
+        if any(d.symbolic for d in self.declared):
+            mine = tuple((v.name, tuple(v.shape or ())) for v in self.graph.inputs)
+            shapes = f" at input shapes {format_shapes(mine)}"
+            here = (" --shape " + " --shape ".join(
+                f"{n}={'x'.join(map(str, s))}" for n, s in mine))
+            stored = list(dict.fromkeys(self._stored_shapes))
+            reasons.append("plans of this model are stored for the input shapes "
+                           + " | ".join(stored) if stored else
+                           "no plan of this model is stored for any input shape")
         return PlanNotFoundError(
-            f"no usable tuned plan for model {self.graph.name!r} (objective {self.objective}) "
-            f"in the plan store {self.store_path}: {'; '.join(reasons)}; tune it on this "
-            f"machine first (opdispatch tune MODEL --store PATH, or Session(..., "
-            f"tune='first-run'))",
+            f"no usable tuned plan for model {self.graph.name!r}{shapes} (objective "
+            f"{self.objective}) in the plan store {self.store_path}: {'; '.join(reasons)}; "
+            f"tune it on this machine first (opdispatch tune MODEL{here} --store PATH, or "
+            f"Session(..., tune='first-run'))",
             store_path=self.store_path, reasons=reasons,
         )
-
-    # -- tuning --------------------------------------------------------------------------
-    def tune(self, budget_s: float | None = None, **options: Any) -> Any:
-        """Tune this session's model on this machine, store the plan in the session's store
-        and switch the session to it; returns the ``tuner.tune.TuneResult``.
-
-        Args:
-            budget_s: bound on the whole tuning run in seconds (default: the session's
-                ``tune_budget_s``, else ``tune_options.budget_s`` when given, else
-                ``config.tune_budget_s``).
-            **options: other ``tuner.tune.TuneOptions`` fields (``top_k``, ``validate_runs``,
-                ``per_candidate_cap_s``, ``seed``, ``progress``, ...). The objective and the
-                backends are the session's.
-
-        The tuner measures and validates on random inputs of the session's (static) input
-        shapes: ``tuner.tune.tune`` takes no feeds.
-        """
-        result, executor = self._run_tuner(budget_s, options)
-        self._switch_to(result, executor, self._tuned_note(result, "by Session.tune"))
-        return result
-
-    def _tuned_note(self, result: Any, how: str) -> str:
-        if result.plan_id is None:
-            return (f"plan {result.key.digest()[:16]} tuned {how}, running from memory: it "
-                    f"could not be stored in {self.store_path} ({result.store_error})")
-        return (f"plan {result.plan_id} ({result.key.digest()[:16]}) tuned {how} and stored in "
-                f"{self.store_path}")
-
-    def _run_tuner(self, budget_s: float | None, options: Mapping[str, Any]) -> tuple[Any, Executor]:
-        if budget_s is not None and (isinstance(budget_s, bool)
-                                     or not isinstance(budget_s, int | float) or budget_s <= 0):
-            raise ArgumentError(
-                f"Session.tune: budget_s must be a positive number of seconds, received {budget_s!r}"
-            )
-        if self._store is False or self.store_path is None:
-            raise ArgumentError(
-                "Session.tune: this session was created with store=False, so there is no plan "
-                "store to tune into; create it with store=PATH (or None for the configured store)"
-            )
-        if self.source is None:
-            raise ArgumentError(f"Session.tune: {self._no_source}, so nothing can tune here")
-        result = self.source.tune(
-            self._model, store=self._store, store_path=self.store_path, graph=self.graph,
-            registry=self.registry, config=self.config, input_shapes=self._input_shapes,
-            objective=self.objective, backends=self._allowed_backends(),
-            budget_s=budget_s if budget_s is not None else self._tune_budget_s,
-            base_options=self._tune_options, options=options)
-        return result, Executor(self.graph, result.plan, self.registry)
-
-    def _switch_to(self, result: Any, executor: Executor, note: str) -> None:
-        self._plan = result.plan
-        self._executor = executor
-        self.plan_source = "tuned"
-        self.plan_note = note
-        self.plan_key = result.key
-        self.tune_result = result
-        self._tune_on_first_run = False
-
-    def _tune_after_first_run(
-        self, feeds: Mapping[str, np.ndarray], names: list[str] | None,
-        outputs: Sequence[np.ndarray],
-    ) -> None:
-        """Tune, then switch to the tuned plan if it reproduces ``outputs`` (the untuned plan's)
-        on the first run's real inputs; on failure keep the untuned plan and warn."""
-        problem = ""
-        try:
-            result, executor = self._run_tuner(None, {})
-            wrong = check_outputs(executor.run(feeds, names), outputs, [], tol=MODEL_TOLERANCE)
-            if wrong:
-                problem = (f"tuned plan {result.plan_id} disagrees with the untuned plan on the "
-                           f"first run's inputs ({wrong})")
-        except OpDispatchError as exc:
-            problem = f"{type(exc).__name__}: {exc}"
-        if problem:
-            self.plan_note = f"tuning on the first run failed, running the untuned plan: {problem}"
-            warnings.warn(f"opdispatch: {self.plan_note}", RuntimeWarning, stacklevel=3)
-            return
-        self._switch_to(result, executor, self._tuned_note(result, "on the first run"))
 
     def _configure_backends(self) -> None:
         for status in self.registry.backends.values():
@@ -463,20 +466,65 @@ class Session:
                 configure(self.config)
 
     # -- introspection -------------------------------------------------------------------
+    def _planned_graph(self) -> Graph:
+        """The session's graph; raises when the session waits for its first run's shapes."""
+        if self.graph is None:
+            raise ArgumentError(
+                "this session has no plan yet: the model's inputs have symbolic dimensions ("
+                + "; ".join(d.describe() for d in self.declared if d.symbolic)
+                + ") and no input_shapes were given, so each shape is planned at its first "
+                "run; run it, or create the Session with input_shapes={...}")
+        return self.graph
+
     @property
     def plan(self) -> Plan:
+        """The plan of the session's own input shapes."""
+        self._planned_graph()
+        assert self._plan is not None
         return self._plan
 
     @property
     def executor(self) -> Executor:
+        """The executor of the session's own input shapes."""
+        self._planned_graph()
         assert self._executor is not None
         return self._executor
 
+    def for_shapes(self, input_shapes: Mapping[str, Sequence[int]]) -> Session:
+        """The session that runs feeds of ``input_shapes`` (every input's shape, or enough
+        of them to size the others through their shared symbolic dimensions): this one for
+        its own shapes, else the one planned for them (planned now if need be). Its
+        :attr:`plan_source`, :attr:`plan_note` and :attr:`plan` say what runs those shapes."""
+        from dispatch.input_shapes import bind, feed_shapes
+
+        shapes = bind(self.declared, input_shapes)
+        missing = [d.name for d in self.declared if d.name not in shapes]
+        if missing:
+            raise ArgumentError(
+                f"for_shapes: the shapes given ({format_shapes(dict(input_shapes))}) do not size "
+                f"input(s) {missing}; the model's inputs are "
+                + "; ".join(d.describe() for d in self.declared))
+        sized = {n: _Shaped(tuple(v)) for n, v in shapes.items()}
+        return self._shape_sessions.get(feed_shapes(self.declared, sized))
+
+    def planned_shapes(self) -> list[ShapeSet]:
+        """The input shapes this session has planned: its own first (when planned), then the
+        other shapes' sessions kept, least recently run first."""
+        own = self._shape_sessions.own_shapes()
+        return ([own] if own is not None else []) + list(self._shape_sessions.planned())
+
     def get_inputs(self) -> list[IOInfo]:
+        """The inputs: name, shape (a symbol for each open dimension while nothing is
+        planned, else the session's own shapes), ONNX type and dtype."""
+        if self.graph is None:
+            return [IOInfo(d.name, list(d.dims or ()), _type_string(d.dtype), d.dtype)  # type: ignore[arg-type]
+                    for d in self.declared]
         return [IOInfo(v.name, list(v.shape or ()), _type_string(v.dtype), v.dtype) for v in self.graph.inputs]  # type: ignore[arg-type]
 
     def get_outputs(self) -> list[IOInfo]:
-        return [IOInfo(v.name, list(v.shape or ()), _type_string(v.dtype), v.dtype) for v in self.graph.outputs]  # type: ignore[arg-type]
+        """The outputs of the session's own input shapes (name, shape, type, dtype)."""
+        graph = self._planned_graph()
+        return [IOInfo(v.name, list(v.shape or ()), _type_string(v.dtype), v.dtype) for v in graph.outputs]  # type: ignore[arg-type]
 
     # -- running -------------------------------------------------------------------------
     def run(
@@ -494,8 +542,12 @@ class Session:
         the real shapes (``tuner.tune.tune`` takes no feeds). If tuning fails, the session
         keeps the untuned plan, says why in :attr:`plan_note` and warns (RuntimeWarning).
         """
-        arrays = check_feeds(self.graph, feeds)
-        names = check_output_names(self.graph, output_names)
+        target = self._shape_sessions.session_for(feeds)
+        if target is not self:
+            return target.run(output_names, feeds, run_options)
+        graph = self._planned_graph()
+        arrays = check_feeds(graph, feeds)
+        names = check_output_names(graph, output_names)
         if self._tune_on_first_run:
             with self._tune_lock:
                 if self._tune_on_first_run:
@@ -504,68 +556,6 @@ class Session:
                     self._tune_after_first_run(arrays, names, outputs)
                     return outputs
         return self._execute(arrays, names)
-
-    def _execute(self, feeds: Mapping[str, np.ndarray], names: list[str] | None) -> list[np.ndarray]:
-        """Run the session's executor. With ``on_error="fallback"``, a step whose
-        implementation raises is re-run on the reference implementations of its nodes (its
-        inputs converted to the standard layout and its outputs back, see
-        :meth:`Executor.fallback_call`) and the run goes on; the fault is recorded in
-        :attr:`faults` and warned about once per implementation. Only when that cannot answer
-        (no reference implementation for the node, a converter failing, the reference raising
-        too) is the whole run answered by the numpy reference plan, the last resort."""
-        if self.on_error != "fallback":
-            return self.executor.run(feeds, names)
-        try:
-            return self.executor.run(feeds, names, on_fault=self._record_fault)
-        except KernelError as exc:
-            self._record_fault(exc, recovery="reference plan")
-            try:
-                reference = self._reference()
-            except KernelError as none:
-                raise KernelError(f"{exc}; {none}", node=exc.node, impl=exc.impl,
-                                  backend=exc.backend) from exc
-            try:
-                return reference.run(feeds, names)
-            except KernelError as again:
-                raise KernelError(
-                    f"{exc}; the numpy reference plan run as a fallback failed too: {again}",
-                    node=exc.node, impl=exc.impl, backend=exc.backend,
-                ) from again
-
-    def _record_fault(self, exc: KernelError, recovery: str = "reference implementation") -> None:
-        """Record one recovered run-time failure and warn once per implementation."""
-        fault = Fault(node=exc.node or "?", implementation=exc.impl or "?",
-                      backend=exc.backend or "?", error=str(exc), time=time.time(),
-                      recovery=recovery)
-        with self._fallback_lock:
-            self.faults.append(fault)
-            del self.faults[:-MAX_FAULTS]
-            first = fault.implementation not in self._warned_impls
-            self._warned_impls.add(fault.implementation)
-        if first:
-            instead = ("its nodes on the reference implementation" if recovery == "reference implementation"
-                       else "the whole model on the numpy reference plan")
-            warnings.warn(
-                f"opdispatch: {fault.implementation} (backend {fault.backend}) failed on node "
-                f"{fault.node!r}, running {instead} instead: {exc}",
-                RuntimeWarning, stacklevel=4,
-            )
-
-    def _reference(self) -> Executor:
-        """The executor of the numpy reference plan, built on first use."""
-        with self._fallback_lock:
-            if self._reference_executor is None:
-                try:
-                    overrides = reference_overrides(self.graph, self.registry)
-                    plan = heuristic_plan(self.graph, self.registry, [REFERENCE_BACKEND],
-                                          overrides=overrides)
-                    self._reference_executor = Executor(self.graph, plan, self.registry)
-                except (LookupError, OpDispatchError) as exc:
-                    raise KernelError(
-                        f"on_error='fallback' needs the numpy reference plan of model "
-                        f"{self.graph.name!r}, which cannot be built: {type(exc).__name__}: {exc}"
-                    ) from exc
-            return self._reference_executor
 
     def describe(self) -> str:
         """What runs where: the plan as a text table with a one-line summary."""

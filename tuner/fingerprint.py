@@ -22,6 +22,7 @@ What each fingerprint covers:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
@@ -399,6 +400,10 @@ class PlanKey:
     hardware: dict[str, Any]
     software: dict[str, Any]
     objective: str
+    #: the model's structure with its input shapes left open
+    #: (:attr:`dispatch.graph.Graph.family`): the same for the plans of every input shape of
+    #: one model; not part of the key (two keys differing in it alone are equal)
+    family: str = dataclasses.field(default="", compare=False)
 
     def digest(self) -> str:
         """sha256 hex of the whole key (the store's unique ``key_digest``)."""

@@ -24,6 +24,7 @@ from dispatch.onnx_import import ModelLike
 from dispatch.plan_policy import parse_objective
 from dispatch.plan_source import StoredPlanLookup
 from dispatch.registry import Registry
+from tuner.fingerprint import PlanKey
 from tuner.plan_lookup import find_plan
 from tuner.store import (
     PlanStore,
@@ -91,9 +92,12 @@ class StorePlanSource:
             key = plan_key(graph, registry, backends, objective)
             found = find_plan(plans, key, registry)
             if found.stored is None:
-                reasons = found.reasons or ["this model was never tuned here"]
+                shapes = stored_shapes(plans, key)
+                reasons = found.reasons or [
+                    "no plan is stored for these input shapes" if shapes
+                    else "this model was never tuned here"]
                 return StoredPlanLookup(None, key, "no stored plan for this key: "
-                                        + "; ".join(reasons), reasons)
+                                        + "; ".join(reasons), reasons, stored_shapes=shapes)
             plan = found.stored.plan()
         except Exception as exc:  # a broken store or plan must never stop the model from running
             reason = f"{type(exc).__name__}: {exc}"
@@ -164,3 +168,29 @@ def _tune_settings(
     return replace(base, **options,
                    budget_s=float(budget_s if budget_s is not None else base.budget_s),
                    objective=name, memory_cap_bytes=cap, backends=list(backends))
+
+
+def stored_shapes(plans: PlanStore, key: PlanKey) -> list[str]:
+    """The input shapes (``input_ids[1,128], attention_mask[1,128]``) that plans of
+    ``key``'s model family are stored for on this machine with this software and objective,
+    in the order they were stored."""
+    seen: list[str] = []
+    for stored in reversed(plans.plans_for_family(key.family)):
+        k = stored.key
+        if (k.objective, k.hardware, k.software) != (key.objective, key.hardware, key.software):
+            continue
+        text = signature_shapes(k.inputs)
+        if text not in seen:
+            seen.append(text)
+    return seen
+
+
+def signature_shapes(inputs_sig: str) -> str:
+    """An input signature (``x:float32[1,3,224,224];y:int64[2]``) as shapes only
+    (``x[1,3,224,224], y[2]``)."""
+    parts = []
+    for item in inputs_sig.split(";"):
+        name, _, rest = item.partition(":")
+        dims = rest[rest.find("["):] if "[" in rest else "[?]"
+        parts.append(f"{name}{dims}")
+    return ", ".join(p for p in parts if p)

@@ -289,6 +289,7 @@ def plan_key(graph: Graph, registry: Registry, backends: Sequence[str], objectiv
         hardware=hardware_fingerprint(),
         software=software_fingerprint(registry, backends),
         objective=objective,
+        family=graph.family,
     )
 
 

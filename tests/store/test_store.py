@@ -237,8 +237,8 @@ def test_a_v1_store_is_migrated_on_open(tmp_path):
     with pytest.raises(StoreError, match="schema version 1, older.*open it once writable"):
         PlanStore(path, readonly=True)
     with PlanStore(path) as s:
-        assert s.schema_version == SCHEMA_VERSION == 2
-        assert s.meta()["schema_version"] == "2"
+        assert s.schema_version == SCHEMA_VERSION == 3
+        assert s.meta()["schema_version"] == "3"
         got = s.get_plan(_key())
         assert got is not None and got.latency_ms == 3.0 and got.run_id is None and got.notes == {}
         m = s.get_measurement("sig", "Relu.numpy.basic", "hw", "sw")

@@ -77,6 +77,62 @@ def parse_shape(text: str) -> tuple[str, list[int]]:
     return name, shape
 
 
+#: the most shapes one ``opdispatch tune`` run takes (each is tuned in its share of the budget)
+MAX_SHAPE_SETS = 64
+
+
+def _dim_values(text: str, arg: str) -> list[int]:
+    """One dimension of a ``--shape`` for several shapes: ``128``, a list ``1,4,8`` or an
+    inclusive range ``START:STOP:STEP`` (``16:128:16``; ``START:STOP`` steps by 1)."""
+    try:
+        if ":" in text:
+            parts = [int(p) for p in text.split(":")]
+            if len(parts) not in (2, 3) or (len(parts) == 3 and parts[2] <= 0) or parts[1] < parts[0]:
+                raise ValueError
+            start, stop, step = parts[0], parts[1], parts[2] if len(parts) == 3 else 1
+            return list(range(start, stop + 1, step))
+        return [int(p) for p in text.split(",")]
+    except ValueError:
+        raise UsageError(
+            f"--shape {arg!r}: a dimension must be an integer, a list like 1,4,8 or a range "
+            f"START:STOP:STEP like 16:128:16 (STOP >= START, STEP > 0); received {text!r}"
+        ) from None
+
+
+def parse_shape_sets(texts: Sequence[str]) -> list[dict[str, list[int]]]:
+    """The input shapes ``--shape`` options ask to tune, one dict per set of shapes.
+
+    ``NAME=1x128`` gives one shape; a dimension may list values (``NAME=1,4x128``) or range
+    over them (``NAME=1x16:128:16``), giving every combination; repeating ``--shape`` for one
+    input adds shapes. Inputs given one shape keep it in every set; inputs given several are
+    paired in order, so they must be given the same number. Inputs not given are sized from
+    the symbolic dimensions they share with those given (``attention_mask: [batch,
+    sequence]`` follows ``input_ids``)."""
+    per_input: dict[str, list[list[int]]] = {}
+    for text in texts:
+        name, sep, dims = text.rpartition("=")
+        if not sep or not name:
+            raise UsageError(
+                f"--shape expects NAME=DIMxDIMx..., e.g. data=1x3x224x224 (a dimension may be a "
+                f"list 1,4 or a range 16:128:16); received {text!r}")
+        values = [_dim_values(d, text) for d in dims.lower().split("x")] if dims else []
+        shapes: list[list[int]] = [[]]
+        for vals in values:
+            shapes = [[*s, v] for s in shapes for v in vals]
+        per_input.setdefault(name, []).extend(shapes)
+    counts = {n: len(v) for n, v in per_input.items() if len(v) > 1}
+    if len(set(counts.values())) > 1:
+        raise UsageError(
+            "--shape gives inputs different numbers of shapes ("
+            + ", ".join(f"{n}: {c}" for n, c in counts.items())
+            + "); inputs with several shapes are paired in order, so give each the same number "
+            "(or one shape, kept in every set)")
+    n = max(counts.values(), default=1)
+    if n > MAX_SHAPE_SETS:
+        raise UsageError(f"--shape asks for {n} sets of shapes; at most {MAX_SHAPE_SETS} are tuned in one run")
+    return [{name: (v[k] if len(v) > 1 else v[0]) for name, v in per_input.items()} for k in range(n)]
+
+
 def parse_input(text: str) -> tuple[str, np.ndarray]:
     name, sep, path = text.rpartition("=")
     if not sep or not name:

@@ -25,6 +25,7 @@ from tuner.cli.args import (
     UsageError,
     parse_input,
     parse_shape,
+    parse_shape_sets,
     positive_int,
     positive_seconds,
     table,
@@ -84,6 +85,7 @@ def cmd_config(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from dispatch.input_shapes import bind
     from dispatch.session import Session
 
     shapes = dict(parse_shape(s) for s in args.shape or [])
@@ -99,15 +101,26 @@ def cmd_run(args: argparse.Namespace) -> int:
     load_s = time.perf_counter() - t0
     _warn_broken_plugins(sess.registry)
     rng = np.random.default_rng(args.seed)
-    feeds = {}
-    for inp in sess.get_inputs():
-        feeds[inp.name] = given.pop(inp.name) if inp.name in given else _random_feed(inp.shape, inp.dtype, rng)
-    if given:
+    unknown = sorted(set(given) - {i.name for i in sess.get_inputs()})
+    if unknown:
         raise UsageError(
-            f"--input names {sorted(given)}, which are not inputs of the model; its inputs are "
+            f"--input names {unknown}, which are not inputs of the model; its inputs are "
             f"{[i.name for i in sess.get_inputs()]}"
         )
-    sess.run(None, feeds)  # warm-up
+    # a model with symbolic inputs and no --shape: the --input arrays size the others
+    sized = bind(sess.declared, {n: a.shape for n, a in given.items()}) if sess.graph is None else {}
+    feeds = {}
+    for inp in sess.get_inputs():
+        shape = sized.get(inp.name, inp.shape)
+        if inp.name not in given and any(not isinstance(d, int) for d in shape):
+            raise UsageError(
+                f"input {inp.name!r} has symbolic dimensions {inp.shape}; give its shape with "
+                f"--shape {inp.name}=" + "x".join(str(d) if isinstance(d, int) else "N" for d in inp.shape)
+                + f" (or its values with --input {inp.name}=FILE.npy)")
+        feeds[inp.name] = given.pop(inp.name) if inp.name in given else _random_feed(shape, inp.dtype, rng)
+    before = sess.load_seconds
+    sess.run(None, feeds)  # warm-up (plans a session whose shapes the feeds decide)
+    load_s += sess.load_seconds - before
     times = []
     outputs: list[np.ndarray] = []
     for _ in range(args.repeat):
@@ -144,13 +157,15 @@ def _warn_broken_plugins(registry) -> None:
 
 def cmd_tune(args: argparse.Namespace) -> int:
     from dispatch.config import Config
+    from dispatch.input_shapes import format_shapes
     from tuner.tune import TuneOptions, tune
 
-    shapes = dict(parse_shape(s) for s in args.shape or [])
+    shape_sets = parse_shape_sets(args.shape or [])
     backends = [b.strip() for b in args.backends.split(",")] if args.backends else None
     config = Config.load({"store_path": args.store})
+    budget = args.budget if args.budget is not None else config.tune_budget_s
     opts = TuneOptions(
-        budget_s=args.budget if args.budget is not None else config.tune_budget_s,
+        budget_s=budget / len(shape_sets),
         objective=args.objective,
         memory_cap_bytes=args.memory_cap,
         top_k=args.top_k if args.top_k is not None else config.tune_top_k,
@@ -161,13 +176,21 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
     registry = load_registry(config.plugin_path or None, order=config.backend_order)
     _warn_broken_plugins(registry)
-    print(f"tuning {args.model} (budget {opts.budget_s:.0f} s, objective {opts.objective}, "
-          f"store {config.store_path})", flush=True)
-    result = tune(args.model, options=opts, input_shapes=shapes or None, config=config,
-                  registry=registry, log=lambda msg: print(msg, flush=True))
-    print(result.summary())
-    if result.plan_id is None:
-        print(f"opdispatch tune: error: the tuned plan could not be stored: {result.store_error}",
+    several = len(shape_sets) > 1
+    print(f"tuning {args.model} (budget {budget:.0f} s"
+          + (f", {opts.budget_s:.0f} s for each of {len(shape_sets)} input shapes" if several else "")
+          + f", objective {opts.objective}, store {config.store_path})", flush=True)
+    failed = []
+    for k, shapes in enumerate(shape_sets):
+        if several:
+            print(f"\n[{k + 1}/{len(shape_sets)}] input shapes {format_shapes(shapes)}", flush=True)
+        result = tune(args.model, options=opts, input_shapes=shapes or None, config=config,
+                      registry=registry, log=lambda msg: print(msg, flush=True))
+        print(result.summary())
+        if result.plan_id is None:
+            failed.append(f"{format_shapes(shapes) or 'the model'}: {result.store_error}")
+    if failed:
+        print("opdispatch tune: error: the tuned plan could not be stored: " + "; ".join(failed),
               file=sys.stderr)
         return EXIT_USER_ERROR
     return 0
@@ -228,7 +251,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --objective latency: the fastest plan whose peak memory fits")
     t.add_argument("--top-k", type=positive_int, default=None, help="plans validated end to end (default 3)")
     t.add_argument("--backends", help="backends the tuner may use (default: every available one)")
-    t.add_argument("--shape", action="append", metavar="NAME=1x3x224x224", help="static shape for an input")
+    t.add_argument("--shape", action="append", metavar="NAME=1x128",
+                   help="input shape to tune; repeat it, list values (NAME=1,4x128) or give a "
+                        "range (NAME=1x16:128:16) to tune several shapes in one run, each in an "
+                        "equal share of the budget; inputs sharing symbolic dimensions with "
+                        "the ones given are sized from them")
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
     t.set_defaults(fn=cmd_tune)
 

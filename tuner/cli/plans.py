@@ -84,6 +84,26 @@ def _model_fp(model: str, shapes: Sequence[str] | None) -> str:
     return model_fingerprint(graph)
 
 
+def _plans_of_model(store: Any, model: str, shapes: Sequence[str] | None) -> list[StoredPlan]:
+    """The stored plans of an .onnx file: those of its fingerprint at the ``--shape`` shapes;
+    for a model with symbolic inputs given no shapes, those of every shape it was tuned for
+    (its family: the structure with the input shapes left open)."""
+    from dispatch.errors import SymbolicShapeError
+    from tuner.tune import load_graph
+
+    try:
+        return store.plans_for_model(_model_fp(model, shapes))
+    except SymbolicShapeError as exc:
+        if shapes or not exc.inputs:
+            raise
+        # any concrete shape gives the family: every open dimension set to 1
+        ones = {inp.name: [d if isinstance(d, int) else 1 for d in (inp.dims or ())]
+                for inp in exc.inputs}
+        registry = _registry()
+        graph = load_graph(model, registry, registry.available_backends(), ones)
+        return store.plans_for_family(graph.family)
+
+
 def _here(stored: StoredPlan, registry: Registry, hardware: dict[str, Any]) -> str:
     from tuner.plan_lookup import usable_here
 
@@ -101,10 +121,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     from tuner.fingerprint import hardware_fingerprint
 
     with _open(args.store, readonly=True) as store:
-        if args.model:
-            plans = store.plans_for_model(_model_fp(args.model, args.shape))
-        else:
-            plans = store.all_plans()
+        plans = _plans_of_model(store, args.model, args.shape) if args.model else store.all_plans()
         if not plans:
             what = f" for {args.model}" if args.model else ""
             print(f"no plans{what} in {store.path}")
@@ -200,11 +217,10 @@ def cmd_export(args: argparse.Namespace) -> int:
         raise PlansUsageError("give plan ids or --model, not both")
     with _open(args.store, readonly=True) as store:
         if args.model:
-            fp = _model_fp(args.model, args.shape)
-            ids: list[int] | None = [p.id for p in store.plans_for_model(fp)]
+            ids: list[int] | None = [p.id for p in _plans_of_model(store, args.model, args.shape)]
             if not ids:
                 raise PlansUsageError(
-                    f"no plan for {args.model} (model {fp[:FP_PREFIX]}) in "
+                    f"no plan for {args.model} in "
                     f"{store.path}; tune it first with `opdispatch tune {args.model} --store "
                     f"{store.path}`")
         else:

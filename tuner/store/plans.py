@@ -70,15 +70,17 @@ class PlanQueries(StoreConnection):
         self.db.execute(
             """INSERT INTO plans (key_digest, model_fp, inputs_sig, hardware_digest,
                    hardware_json, software_digest, software_json, objective, plan_json,
-                   latency_ms, peak_bytes, created_at, tuning_run_id, notes_json)
-               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                   latency_ms, peak_bytes, created_at, tuning_run_id, notes_json, family)
+               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                ON CONFLICT (key_digest) DO UPDATE SET
                    plan_json = excluded.plan_json, latency_ms = excluded.latency_ms,
                    peak_bytes = excluded.peak_bytes, created_at = excluded.created_at,
-                   tuning_run_id = excluded.tuning_run_id, notes_json = excluded.notes_json""",
+                   tuning_run_id = excluded.tuning_run_id, notes_json = excluded.notes_json,
+                   family = CASE WHEN excluded.family != '' THEN excluded.family
+                                 ELSE plans.family END""",
             [digest, key.model, key.inputs, hardware_digest(key.hardware), _dump(key.hardware),
              software_digest(key.software), _dump(key.software), key.objective, plan_json,
-             latency_ms, peak_bytes, created_at, run_id, _dump(notes)],
+             latency_ms, peak_bytes, created_at, run_id, _dump(notes), key.family],
         )
         found = self._conn.execute(
             "SELECT id FROM plans WHERE key_digest = ?", [digest]).fetchone()
@@ -117,6 +119,14 @@ class PlanQueries(StoreConnection):
         """Every plan stored for the model fingerprint ``model_fp``, newest first."""
         return [_plan_from_row(r) for r in self.db.query(
             "SELECT * FROM plans WHERE model_fp = ? ORDER BY created_at DESC, id DESC", [model_fp])]
+
+    def plans_for_family(self, family: str) -> list[StoredPlan]:
+        """Every plan stored for a model of structure ``family`` (whatever its input shapes:
+        :attr:`dispatch.graph.Graph.family`), newest first; none for an empty family."""
+        if not family:
+            return []
+        return [_plan_from_row(r) for r in self.db.query(
+            "SELECT * FROM plans WHERE family = ? ORDER BY created_at DESC, id DESC", [family])]
 
     def all_plans(self) -> list[StoredPlan]:
         """Every stored plan, newest first."""

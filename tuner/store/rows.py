@@ -101,6 +101,7 @@ def _plan_from_row(row: Mapping[str, Any]) -> StoredPlan:
         hardware=_json_dict(row["hardware_json"]),
         software=_json_dict(row["software_json"]),
         objective=row["objective"],
+        family=row.get("family") or "",
     )
     return StoredPlan(
         id=int(row["id"]), key=key, plan_json=row["plan_json"], latency_ms=row["latency_ms"],

@@ -75,9 +75,19 @@ def _migrate_v2(db: Database) -> None:
         db.execute(sql)
 
 
+def _migrate_v3(db: Database) -> None:
+    """Version 3: plans record their model's family (its structure with the input shapes
+    left open), so that the plans of every input shape of one model can be found."""
+    for sql in (
+        "ALTER TABLE plans ADD COLUMN family TEXT NOT NULL DEFAULT ''",
+        "CREATE INDEX plans_family ON plans (family)",
+    ):
+        db.execute(sql)
+
+
 #: Schema migrations in order; ``MIGRATIONS[k]`` takes a store from version ``k`` to ``k + 1``.
 #: Append only: never edit a migration that has shipped.
-MIGRATIONS: tuple[Callable[[Database], None], ...] = (_migrate_v1, _migrate_v2)
+MIGRATIONS: tuple[Callable[[Database], None], ...] = (_migrate_v1, _migrate_v2, _migrate_v3)
 SCHEMA_VERSION = len(MIGRATIONS)
 #: The tables of a plan store (a store of a newer opdispatch, marked with
 #: :data:`APPLICATION_ID`, may have more).

@@ -1,0 +1,97 @@
+"""Tuning from a Session: :meth:`Session.tune` and ``tune="first-run"`` (a mixin of
+:class:`dispatch.session.Session`; the plan source does the tuning, see
+:mod:`dispatch.plan_source`)."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from dispatch.compare import MODEL_TOLERANCE, check_outputs
+from dispatch.errors import ArgumentError, OpDispatchError
+from dispatch.executor import Executor
+
+
+class TuningMixin:
+    """Tuning a session's own input shapes into its plan store and switching to the plan."""
+
+    def tune(self, budget_s: float | None = None, **options: Any) -> Any:
+        """Tune this session's model on this machine, store the plan in the session's store
+        and switch the session to it; returns the ``tuner.tune.TuneResult``.
+
+        Args:
+            budget_s: bound on the whole tuning run in seconds (default: the session's
+                ``tune_budget_s``, else ``tune_options.budget_s`` when given, else
+                ``config.tune_budget_s``).
+            **options: other ``tuner.tune.TuneOptions`` fields (``top_k``, ``validate_runs``,
+                ``per_candidate_cap_s``, ``seed``, ``progress``, ...). The objective and the
+                backends are the session's.
+
+        The tuner measures and validates on random inputs of the session's (static) input
+        shapes: ``tuner.tune.tune`` takes no feeds.
+        """
+        result, executor = self._run_tuner(budget_s, options)
+        self._switch_to(result, executor, self._tuned_note(result, "by Session.tune"))
+        return result
+
+    def _tuned_note(self, result: Any, how: str) -> str:
+        if result.plan_id is None:
+            return (f"plan {result.key.digest()[:16]} tuned {how}, running from memory: it "
+                    f"could not be stored in {self.store_path} ({result.store_error})")
+        return (f"plan {result.plan_id} ({result.key.digest()[:16]}) tuned {how} and stored in "
+                f"{self.store_path}")
+
+    def _run_tuner(self, budget_s: float | None, options: Mapping[str, Any]) -> tuple[Any, Executor]:
+        if budget_s is not None and (isinstance(budget_s, bool)
+                                     or not isinstance(budget_s, int | float) or budget_s <= 0):
+            raise ArgumentError(
+                f"Session.tune: budget_s must be a positive number of seconds, received {budget_s!r}"
+            )
+        if self._store is False or self.store_path is None:
+            raise ArgumentError(
+                "Session.tune: this session was created with store=False, so there is no plan "
+                "store to tune into; create it with store=PATH (or None for the configured store)"
+            )
+        if self.source is None:
+            raise ArgumentError(f"Session.tune: {self._no_source}, so nothing can tune here")
+        result = self.source.tune(
+            self._model, store=self._store, store_path=self.store_path, graph=self.graph,
+            registry=self.registry, config=self.config, input_shapes=self._input_shapes,
+            objective=self.objective, backends=self._allowed_backends(),
+            budget_s=budget_s if budget_s is not None else self._tune_budget_s,
+            base_options=self._tune_options, options=options)
+        return result, Executor(self.graph, result.plan, self.registry)
+
+    def _switch_to(self, result: Any, executor: Executor, note: str) -> None:
+        self._plan = result.plan
+        self._executor = executor
+        self.plan_source = "tuned"
+        self.plan_note = note
+        self.plan_key = result.key
+        self.tune_result = result
+        self._tune_on_first_run = False
+
+    def _tune_after_first_run(
+        self, feeds: Mapping[str, np.ndarray], names: list[str] | None,
+        outputs: Sequence[np.ndarray],
+    ) -> None:
+        """Tune, then switch to the tuned plan if it reproduces ``outputs`` (the untuned plan's)
+        on the first run's real inputs; on failure keep the untuned plan and warn."""
+        problem = ""
+        try:
+            result, executor = self._run_tuner(None, {})
+            wrong = check_outputs(executor.run(feeds, names), outputs, [], tol=MODEL_TOLERANCE)
+            if wrong:
+                problem = (f"tuned plan {result.plan_id} disagrees with the untuned plan on the "
+                           f"first run's inputs ({wrong})")
+        except OpDispatchError as exc:
+            problem = f"{type(exc).__name__}: {exc}"
+        if problem:
+            self.plan_note = f"tuning on the first run failed, running the untuned plan: {problem}"
+            warnings.warn(f"opdispatch: {self.plan_note}", RuntimeWarning, stacklevel=3)
+            return
+        self._switch_to(result, executor, self._tuned_note(result, "on the first run"))
+
