@@ -85,6 +85,12 @@ class Backend:
         schemas to ``registry``."""
         raise NotImplementedError
 
+    def region_refusals(self) -> dict[str, str]:
+        """For a backend that runs regions of the graph: the operators it never accepts in
+        a region, with the reason (after :meth:`register`); others may still be refused
+        node by node for their attributes or dtypes. Empty for per-op backends."""
+        return {}
+
 
 @dataclass
 class BackendStatus:

@@ -44,3 +44,8 @@ class OnnxRuntimeBackend(Backend):
         from impls.onnxruntime.region import impls
 
         registry.add_table(impls)
+
+    def region_refusals(self) -> dict[str, str]:
+        from impls.onnxruntime.region import UNSUPPORTED_OPS
+
+        return {op: "not offered to onnxruntime" for op in UNSUPPORTED_OPS}

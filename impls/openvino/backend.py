@@ -43,3 +43,8 @@ class OpenVinoBackend(Backend):
         from impls.openvino.region import impls
 
         registry.add_table(impls)
+
+    def region_refusals(self) -> dict[str, str]:
+        from impls.openvino.region import UNSUPPORTED_OPS
+
+        return dict(UNSUPPORTED_OPS)

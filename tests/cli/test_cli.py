@@ -32,6 +32,51 @@ def test_backends_lists_numpy_and_native():
     assert "Conv.numpy.im2col" in res.stdout
 
 
+def test_ops_lists_every_operator_with_its_backends():
+    from dispatch.backend import load_registry
+
+    res = cli("ops")
+    assert res.returncode == 0, res.stderr
+    listed = {line.split()[0] for line in res.stdout.splitlines()[2:] if line and line[0].isalpha()}
+    ops = {i.op for i in load_registry().implementations if i.op != "Region" and "+" not in i.op}
+    assert ops <= listed, sorted(ops - listed)
+    conv = next(line for line in res.stdout.splitlines() if line.startswith("Conv "))
+    assert "numpy:" in conv and "native:" in conv
+    assert "opsets 7 to" in res.stdout
+    one = cli("ops", "relu")
+    assert one.returncode == 0 and one.stdout.splitlines()[2].startswith("Relu")
+    bad = cli("ops", "NoSuchOp")
+    assert bad.returncode != 0 and "Traceback" not in bad.stderr
+    assert "no backend implements NoSuchOp; implemented: Abs" in bad.stderr
+
+
+def test_run_and_tune_a_model_with_symbolic_inputs(tmp_path):
+    from tests.unit.test_shape_sessions import dynamic_model
+
+    path = tmp_path / "dyn.onnx"
+    path.write_bytes(dynamic_model().SerializeToString())
+    store = tmp_path / "plans.db"
+    res = cli("run", str(path), "--untuned", "--repeat", "1")
+    assert res.returncode != 0 and "Traceback" not in res.stderr
+    assert "give its shape with --shape x=NxNx8" in res.stderr
+    res = cli("tune", str(path), "--shape", "x=1,2x16x8", "--store", str(store), "--budget", "20",
+              "--backends", "numpy", "--no-progress")
+    assert res.returncode == 0, res.stderr
+    assert "10 s for each of 2 input shapes" in res.stdout
+    assert "[2/2] input shapes x[2,16,8]" in res.stdout  # mask sized from x
+    listed = cli("plans", "list", "--store", str(store), "--model", str(path))
+    assert listed.returncode == 0, listed.stderr
+    assert "x:float32[1,16,8];mask:float32[1,16]" in listed.stdout
+    assert "x:float32[2,16,8];mask:float32[2,16]" in listed.stdout
+    res = cli("run", str(path), "--shape", "x=2x16x8", "--store", str(store), "--require-plan",
+              "--repeat", "1", "--backends", "numpy")
+    assert res.returncode == 0, res.stderr
+    res = cli("run", str(path), "--shape", "x=3x16x8", "--store", str(store), "--require-plan",
+              "--repeat", "1", "--backends", "numpy")
+    assert res.returncode != 0 and "Traceback" not in res.stderr
+    assert "at input shapes x[3,16,8], mask[3,16]" in res.stderr
+
+
 def test_run_prints_what_ran_where(model_path, tmp_path):
     res = cli("run", str(model_path), "--output", str(tmp_path / "out"), "--repeat", "2")
     assert res.returncode == 0, res.stderr

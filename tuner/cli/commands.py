@@ -75,6 +75,55 @@ def cmd_backends(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_ops(args: argparse.Namespace) -> int:
+    """Every operator some backend implements: its kernels per backend, and the region
+    backends (onnxruntime, OpenVINO) that accept it."""
+    from dispatch.backend import load_registry
+    from dispatch.config import Config
+    from dispatch.fusion import REGION_OP
+    from dispatch.onnx_import import MIN_OPSET
+
+    cfg = Config.load({"plugin_path": args.plugin_path})
+    reg = load_registry(cfg.plugin_path or None, order=cfg.backend_order)
+    kernels: dict[str, dict[str, int]] = {}
+    for impl in reg.implementations:
+        if impl.op != REGION_OP and "+" not in impl.op:
+            per = kernels.setdefault(impl.op, {})
+            per[impl.backend] = per.get(impl.backend, 0) + 1
+    regions = {name: st.backend.region_refusals() for name, st in reg.backends.items()
+               if st.available and any(i.backend == name and i.op == REGION_OP for i in reg.implementations)}
+    ops = sorted(kernels, key=str.lower)
+    if args.op:
+        wanted = {o.lower() for o in args.op}
+        unknown = sorted(o for o in args.op if o.lower() not in {k.lower() for k in kernels})
+        if unknown:
+            raise UsageError(f"no backend implements {', '.join(unknown)}; implemented: {', '.join(ops)}")
+        ops = [o for o in ops if o.lower() in wanted]
+    rows = [("op", "kernels (backend: implementations)", "regions")]
+    for op in ops:
+        per = kernels[op]
+        accepted = [name for name, refused in regions.items() if op not in refused]
+        rows.append((op, ", ".join(f"{b}: {n}" for b, n in sorted(per.items())),
+                     ", ".join(accepted) or "-"))
+    print(table(rows, max_width=70))
+    fused = sorted({i.op for i in reg.implementations if "+" in i.op})
+    print(f"\n{len(ops)} operator(s) of ONNX's default domain, opsets {MIN_OPSET} to "
+          f"{onnx_newest_opset()}; fused patterns: {', '.join(fused) or '(none)'}")
+    refusals = {(b, op): why for b, refused in regions.items() for op, why in refused.items()}
+    if refusals and args.verbose:
+        print("\nnever accepted in a region:")
+        for (b, op), why in sorted(refusals.items()):
+            print(f"  {b}: {op}: {why}")
+    return 0
+
+
+def onnx_newest_opset() -> int:
+    """The newest default-domain opset the installed onnx knows (the import accepts up to it)."""
+    import onnx.defs
+
+    return int(onnx.defs.onnx_opset_version())
+
+
 def cmd_config(args: argparse.Namespace) -> int:
     from dispatch.config import Config
 
@@ -221,6 +270,12 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("-v", "--verbose", action="store_true", help="also list every implementation and converter")
     b.add_argument("--plugin-path", default=None, help="folders with plugin backends (os.pathsep-separated)")
     b.set_defaults(fn=cmd_backends)
+
+    o = sub.add_parser("ops", help="list every supported operator with the backends that run it")
+    o.add_argument("op", nargs="*", help="only these operators (case-insensitive)")
+    o.add_argument("-v", "--verbose", action="store_true", help="also list the operators region backends never accept, with why")
+    o.add_argument("--plugin-path", default=None, help="folders with plugin backends (os.pathsep-separated)")
+    o.set_defaults(fn=cmd_ops)
 
     c = sub.add_parser("config", help="print the effective configuration and where each value came from")
     c.set_defaults(fn=cmd_config)
