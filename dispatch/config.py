@@ -97,6 +97,8 @@ SETTINGS: tuple[Setting, ...] = (
             "SQLite plan store"),
     Setting("graph_cache", "OPDISPATCH_GRAPH_CACHE", _as_str, lambda: str(_cache_dir() / "graphs"),
             "folder of imported and simplified graphs (dispatch.graph_cache; off: none)"),
+    Setting("compiled_cache", "OPDISPATCH_COMPILED_CACHE", _as_str, lambda: str(_cache_dir() / "compiled"),
+            "folder of library regions compiled once per machine (OpenVINO; off: none)"),
     Setting("tune_budget_s", "OPDISPATCH_TUNE_BUDGET", _as_float, lambda: 120.0,
             "default tuning budget in seconds"),
     Setting("tune_top_k", "OPDISPATCH_TUNE_TOP_K", _as_int, lambda: 3,
@@ -115,6 +117,7 @@ class Config:
     plugin_path: str = ""
     store_path: str = ""
     graph_cache: str = ""
+    compiled_cache: str = ""
     tune_budget_s: float = 120.0
     tune_top_k: int = 3
     objective: str = "latency"

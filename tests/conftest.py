@@ -18,3 +18,4 @@ def pytest_configure(config):
         folder = tempfile.mkdtemp(prefix="opdispatch-test-store-")
         os.environ["OPDISPATCH_STORE"] = os.path.join(folder, "plans.sqlite")
     os.environ.setdefault("OPDISPATCH_GRAPH_CACHE", "off")
+    os.environ.setdefault("OPDISPATCH_COMPILED_CACHE", "off")

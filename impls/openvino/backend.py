@@ -38,6 +38,7 @@ class OpenVinoBackend(Backend):
         from impls.openvino import region
 
         region.SETTINGS["threads"] = int(config.threads or 0)
+        region.SETTINGS["compiled_cache"] = config.compiled_cache
 
     def register(self, registry: Registry) -> None:
         from impls.openvino.region import impls

@@ -1,0 +1,185 @@
+"""Compiling regions for OpenVINO quickly, and once per machine (issue 13: start-up).
+
+A region reaches OpenVINO as an ONNX file whose large constants sit next to it in one raw
+``weights.bin`` (external data, written straight from the arrays): OpenVINO's ONNX frontend
+maps that file instead of parsing the weights out of a serialised protobuf. For BERT-base
+that is 0.4 s of writing where serialising the model and parsing it took 4 s.
+
+With the compiled cache on (``OPDISPATCH_COMPILED_CACHE``, default
+``~/.cache/opdispatch/compiled``; ``off`` disables it), the files are kept in a folder named by
+the region's digest — its structure, the bytes of every constant, OpenVINO's version and the
+compile settings — and OpenVINO's own model cache (``CACHE_DIR``) keeps the compiled blob
+there: a process that builds the same region again (a production process starting from a
+stored plan) imports the blob instead of converting and compiling. Any change of model,
+weights, OpenVINO or settings gives another digest. Entries are written into a temporary
+folder and renamed into place; one that does not compile, or that is writable by other users,
+is removed and rebuilt. The cache keeps at most :data:`MAX_BYTES` bytes, the least recently
+used entries dropped first. With the cache off, the files go to a temporary folder removed
+once the model is compiled.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import stat
+import tempfile
+import threading
+import time
+import weakref
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dispatch.fusion import FusedNode
+from impls.regions import region_model
+
+#: bumped whenever what an entry holds changes
+CACHE_FORMAT = 1
+MAX_BYTES = 8 * 2**30
+#: external data offsets are aligned to this many bytes (for OpenVINO's mapping of the file)
+ALIGN = 64
+OFF = ("off", "0", "false", "no", "")
+
+_DIGESTS: dict[int, tuple[weakref.ref, str]] = {}
+_DIGESTS_LOCK = threading.Lock()
+
+
+def cache_dir(setting: str) -> Path | None:
+    """The folder a ``compiled_cache`` setting names, ``None`` when it is off."""
+    if setting is None or setting.strip().lower() in OFF:
+        return None
+    return Path(setting).expanduser()
+
+
+def array_digest(arr: np.ndarray) -> str:
+    """sha256 of ``arr``'s dtype, shape and bytes, remembered per array object (a plan's
+    regions share constants; the tuner builds a region many times)."""
+    key = id(arr)
+    with _DIGESTS_LOCK:
+        hit = _DIGESTS.get(key)
+        if hit is not None and hit[0]() is arr:
+            return hit[1]
+    h = hashlib.sha256(f"{arr.dtype.str}{arr.shape}".encode())
+    h.update(np.ascontiguousarray(arr).data)
+    digest = h.hexdigest()
+    with contextlib.suppress(TypeError):  # arrays that take no weak reference are not kept
+        ref = weakref.ref(arr)
+        with _DIGESTS_LOCK:
+            _DIGESTS[key] = (ref, digest)
+            if len(_DIGESTS) > 4096:
+                for k in [k for k, (r, _) in _DIGESTS.items() if r() is None]:
+                    del _DIGESTS[k]
+    return digest
+
+
+def _write_entry(folder: Path, model: Any, weights: dict[str, np.ndarray]) -> None:
+    """Write ``model`` (its large constants external) as ``model.onnx`` and the constants'
+    bytes into ``weights.bin`` in ``folder``."""
+    offset = 0
+    with open(folder / "weights.bin", "wb") as f:
+        for init in model.graph.initializer:
+            arr = weights.get(init.name)
+            if arr is None:
+                continue
+            pad = -offset % ALIGN
+            if pad:
+                f.write(b"\0" * pad)
+                offset += pad
+            data = np.ascontiguousarray(arr)
+            f.write(data.data)
+            for entry in init.external_data:
+                if entry.key == "location":
+                    entry.value = "weights.bin"
+                elif entry.key == "offset":
+                    entry.value = str(offset)
+            offset += data.nbytes
+    (folder / "model.onnx").write_bytes(model.SerializeToString())
+
+
+def _usable(entry: Path) -> bool:
+    """Whether ``entry`` is a complete cache entry owned by this user, writable by no other."""
+    try:
+        st = entry.stat()
+        if (hasattr(os, "getuid") and st.st_uid != os.getuid()) or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            return False
+        return (entry / "model.onnx").is_file() and (entry / "weights.bin").is_file()
+    except OSError:
+        return False
+
+
+def compile_region(core: Any, region: FusedNode, config: dict[str, Any], setting: str) -> Any:
+    """``region`` compiled by ``core`` for the CPU plugin with ``config``, through the
+    compiled cache in the folder ``setting`` names (see the module docstring)."""
+    import openvino as ov
+
+    weights: dict[str, np.ndarray] = {}
+    model = region_model(region, weights)
+    folder = cache_dir(setting)
+    if folder is None:
+        with tempfile.TemporaryDirectory(prefix="opdispatch-ov-") as tmp:
+            _write_entry(Path(tmp), model, weights)
+            return core.compile_model(str(Path(tmp) / "model.onnx"), "CPU", config)
+    h = hashlib.sha256(f"format {CACHE_FORMAT}\nopenvino {ov.__version__}\n".encode())
+    h.update(json.dumps(config, sort_keys=True, default=str).encode())
+    h.update(model.SerializeToString(deterministic=True))
+    for name in sorted(weights):
+        h.update(f"\n{name} {array_digest(weights[name])}".encode())
+    entry = folder / h.hexdigest()
+    cached = dict(config, CACHE_DIR=str(entry / "blobs"))
+    if _usable(entry):
+        try:
+            compiled = core.compile_model(str(entry / "model.onnx"), "CPU", cached)
+            with contextlib.suppress(OSError):
+                os.utime(entry)  # recently used: pruned last
+            return compiled
+        except Exception:  # damaged: rebuilt below
+            shutil.rmtree(entry, ignore_errors=True)
+    elif entry.exists():
+        shutil.rmtree(entry, ignore_errors=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=folder, prefix=".entry-"))
+        try:
+            _write_entry(tmp, model, weights)
+            os.rename(tmp, entry)
+        except OSError:  # another process put the entry in place first, or the disk is full
+            shutil.rmtree(tmp, ignore_errors=True)
+        if not _usable(entry):
+            raise OSError(f"no usable entry at {entry}")
+    except OSError:  # the cache cannot be written: compile from a temporary folder
+        return compile_region(core, region, config, "off")
+    compiled = core.compile_model(str(entry / "model.onnx"), "CPU", cached)
+    prune(folder)
+    return compiled
+
+
+def prune(folder: Path, max_bytes: int = MAX_BYTES) -> int:
+    """Drop the least recently used entries beyond ``max_bytes`` in all (and temporary
+    folders of writers that died an hour ago or more); returns how many."""
+    entries = []
+    dropped = 0
+    now = time.time()
+    with contextlib.suppress(OSError):
+        for path in folder.iterdir():
+            with contextlib.suppress(OSError):
+                st = path.stat()
+                if path.name.startswith(".entry-"):
+                    if st.st_mtime < now - 3600:
+                        shutil.rmtree(path, ignore_errors=True)
+                        dropped += 1
+                    continue
+                size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+                entries.append((st.st_mtime, size, path))
+    entries.sort(reverse=True)  # newest first
+    total = 0
+    for _, size, path in entries:
+        total += size
+        if total > max_bytes:
+            shutil.rmtree(path, ignore_errors=True)
+            dropped += 1
+    return dropped
