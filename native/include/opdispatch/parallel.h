@@ -18,13 +18,20 @@ void set_num_threads(int n);
 // Whether the build has OpenMP (without it kernels run on one thread).
 bool have_openmp();
 
-// Runs fn(i) for i in [0, n), split statically over num_threads() threads.
+// How many chunks per thread parallel_chunks makes (when the grain allows): a thread that
+// another process deschedules holds up only the chunk it is in, the others take the rest.
+constexpr std::int64_t kChunksPerThread = 4;
+
+// Runs fn(i) for i in [0, n) over num_threads() threads with a guided schedule: each thread
+// takes runs of consecutive indices (large first, smaller towards the end) from a shared
+// counter, so a thread that starts late or is descheduled by another process does not leave
+// its static share for the others to wait on at the barrier.
 template <class Fn>
 inline void parallel_for(std::int64_t n, Fn&& fn) {
 #if defined(_OPENMP)
   const int nt = num_threads();
   if (nt > 1 && n > 1) {
-#pragma omp parallel for num_threads(nt) schedule(static)
+#pragma omp parallel for num_threads(nt) schedule(guided)
     for (std::int64_t i = 0; i < n; ++i) fn(i);
     return;
   }
@@ -32,7 +39,8 @@ inline void parallel_for(std::int64_t n, Fn&& fn) {
   for (std::int64_t i = 0; i < n; ++i) fn(i);
 }
 
-// Runs fn(begin, end) over contiguous chunks of [0, n), at least `grain` items per chunk.
+// Runs fn(begin, end) over contiguous chunks of [0, n), at least `grain` items per chunk and
+// up to kChunksPerThread chunks per thread, taken dynamically (see parallel_for).
 template <class Fn>
 inline void parallel_chunks(std::int64_t n, std::int64_t grain, Fn&& fn) {
   if (n <= 0) return;
@@ -40,7 +48,8 @@ inline void parallel_chunks(std::int64_t n, std::int64_t grain, Fn&& fn) {
 #if defined(_OPENMP)
   const int nt = num_threads();
   chunks = n / (grain > 0 ? grain : 1);
-  if (chunks > nt) chunks = nt;
+  if (nt <= 1) chunks = 1;
+  if (chunks > nt * kChunksPerThread) chunks = nt * kChunksPerThread;
   if (chunks < 1) chunks = 1;
 #endif
   const std::int64_t step = (n + chunks - 1) / chunks;
