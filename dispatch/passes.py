@@ -5,14 +5,13 @@
   ConstantOfShape / Shape / Unsqueeze chains that generate weights.
 - :func:`remove_noops`: drop inference no-ops (Identity, Dropout without a used mask).
 - :func:`fold_batchnorm`: fold an inference BatchNormalization into the Conv before it.
-- :func:`fill_shapes`: give a static shape to values that onnx's inference left unknown, by
-  evaluating the reference implementation on placeholders.
+- :func:`fill_shapes` (:mod:`dispatch.shape_folding`): give a static shape to values that
+  onnx's inference left unknown, by evaluating the reference implementation on placeholders.
 """
 
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Callable
 
 import numpy as np
@@ -22,10 +21,15 @@ from dispatch.errors import (
     OpDispatchError,
     ShapeInferenceError,
     TensorTooLargeError,
-    UnsupportedOpError,
 )
 from dispatch.graph import Graph, Node, Value, check_tensor_sizes, max_tensor_bytes
-from dispatch.registry import STANDARD, Implementation, Registry
+from dispatch.registry import Registry
+from dispatch.shape_folding import evaluate, evaluation_impl, fill_node, fill_shapes
+
+__all__ = [  # evaluate, evaluation_impl and fill_shapes live in dispatch.shape_folding
+    "check_nodes", "evaluate", "evaluation_impl", "fill_shapes", "fold_batchnorm",
+    "fold_constants", "remove_noops", "replace_uses", "simplify",
+]
 
 #: operators never folded: their result differs from run to run
 NONDETERMINISTIC = frozenset(
@@ -33,42 +37,6 @@ NONDETERMINISTIC = frozenset(
 )
 #: largest tensor (bytes) that constant folding materialises
 FOLD_LIMIT_BYTES = 1 << 30
-
-
-def evaluation_impl(registry: Registry, node: Node) -> Implementation:
-    """The implementation folding and shape filling evaluate ``node`` with: its reference
-    implementation (:meth:`Registry.reference_impl`), else — for an operator the reference
-    backend lacks, such as a plugin's custom op — any standard-layout implementation that
-    supports it. Raises :class:`UnsupportedOpError` saying why none can."""
-    if not registry.has_op(node.key_op):
-        raise UnsupportedOpError(
-            f"node {node.name!r}: operator {node.key_op!r} has no implementation; known "
-            f"operators: {', '.join(registry.ops)}"
-        )
-    found = registry.reference_impl(node)
-    if found is not None:
-        return found
-    reasons = []
-    for impl in registry.impls_for(node.key_op):  # the reference backend's say why they refuse
-        if any(lay != STANDARD for lay in impl.input_layouts(node) + impl.output_layouts(node)):
-            continue
-        reason = impl.supports(node)
-        if reason is None:
-            return impl
-        reasons.append(f"{impl.name}: {reason}")
-    raise UnsupportedOpError(
-        f"node {node.name!r} ({node.op_type}) is supported by no standard-layout implementation: "
-        + "; ".join(reasons)
-    )
-
-
-def evaluate(registry: Registry, node: Node, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
-    """Run ``node`` once on ``inputs`` with its reference implementation."""
-    impl = evaluation_impl(registry, node)
-    with warnings.catch_warnings(), np.errstate(all="ignore"):
-        warnings.simplefilter("ignore")
-        out = impl.build(node)(*inputs)
-    return list(out) if isinstance(out, tuple | list) else [out]
 
 
 def replace_uses(graph: Graph, old: Value, new: Value) -> None:
@@ -102,6 +70,8 @@ def fold_constants(graph: Graph, registry: Registry, *, fill: bool = True) -> in
     folds too)."""
     folded = 0
     output_names = {v.name for v in graph.outputs}
+    #: node name -> why a node with constant inputs was left (named by shape errors)
+    unfolded: dict[str, str] = {}
     for node in list(graph.nodes):
         if node.op_type in NONDETERMINISTIC:
             continue
@@ -119,11 +89,15 @@ def fold_constants(graph: Graph, registry: Registry, *, fill: bool = True) -> in
                                           np.dtype(np.float32))],
                                    f" (output of node {node.name!r}, {node.op_type})")
             if sum(sizes) > FOLD_LIMIT_BYTES or (predicted or 0) > FOLD_LIMIT_BYTES:
+                unfolded[node.name] = (f"its output would take more than {FOLD_LIMIT_BYTES:,} "
+                                       f"bytes, the constant folding limit")
                 continue
             try:
                 result = evaluate(registry, node, [v.const if v else None for v in node.inputs])
-            except OpDispatchError:
-                continue  # left for the planner, which reports unsupported operators
+            except OpDispatchError as exc:  # left for the planner, which reports unsupported ops
+                why = str(exc) if len(str(exc)) <= 500 else f"{str(exc)[:300]} ... {str(exc)[-200:]}"
+                unfolded[node.name] = f"it could not be evaluated ({type(exc).__name__}: {why})"
+                continue
             except MemoryError:
                 raise TensorTooLargeError(
                     f"node {node.name!r} ({node.op_type}) ran out of memory computing its "
@@ -139,7 +113,7 @@ def fold_constants(graph: Graph, registry: Registry, *, fill: bool = True) -> in
         if result is None or any(o.name in output_names for o in node.outputs):
             # not foldable (graph outputs stay computed by a node, so the model runs something)
             if fill and any(o.shape is None or o.dtype is None for o in node.outputs):
-                _fill_node(registry, node)
+                fill_node(registry, node, graph, unfolded)
             continue
         for value, arr in zip(node.outputs, result):
             arr = np.asarray(arr)
@@ -278,82 +252,6 @@ def fold_batchnorm(graph: Graph) -> int:
     return folded
 
 
-def fill_shapes(graph: Graph, registry: Registry) -> int:
-    """Give static shapes to values that onnx's inference left unknown; returns how many."""
-    filled = 0
-    for node in graph.nodes:
-        if any(o.shape is None or o.dtype is None for o in node.outputs):
-            filled += _fill_node(registry, node)
-    return filled
-
-
-def _fill_node(registry: Registry, node: Node) -> int:
-    placeholders: list[np.ndarray | None] = []
-    for v in node.inputs:
-        if v is None:
-            placeholders.append(None)
-        elif v.is_const:
-            placeholders.append(v.const)
-        elif v.shape is None or v.dtype is None:
-            raise ShapeInferenceError(
-                f"the shape of {v.name!r} (input of node {node.name!r}, {node.op_type}) could not "
-                f"be inferred statically; give the model's inputs static shapes with input_shapes= "
-                f"or --shape"
-            )
-        else:
-            placeholders.append(np.zeros(v.shape, v.dtype))
-    results = _evaluate_for_shapes(registry, node, placeholders)
-    filled = 0
-    for value, arr in zip(node.outputs, results):
-        if value.shape is None or value.dtype is None:
-            value.shape = tuple(np.shape(arr))
-            value.dtype = np.asarray(arr).dtype
-            filled += 1
-    return filled
-
-
-def _evaluate_for_shapes(
-    registry: Registry, node: Node, placeholders: list[np.ndarray | None]
-) -> list[np.ndarray]:
-    """Evaluate ``node`` on placeholders. Non-constant integer inputs may carry shape data
-    (axes, pads, sizes): the node is evaluated with zeros and with ones there, and a raise or
-    a difference between the two means its output shape depends on runtime values."""
-    runtime_ints = [
-        k for k, v in enumerate(node.inputs)
-        if v is not None and not v.is_const and v.dtype is not None and v.dtype.kind in "iu"
-    ]
-    fills = [placeholders]
-    if runtime_ints:
-        ones = list(placeholders)
-        for k in runtime_ints:
-            ones[k] = np.ones_like(placeholders[k])
-        fills.append(ones)
-    shapes = []
-    results: list[np.ndarray] = []
-    for fill in fills:
-        try:
-            results = evaluate(registry, node, fill)
-        except UnsupportedOpError:
-            raise
-        except Exception as exc:
-            if runtime_ints:
-                results = []
-                break
-            raise ShapeInferenceError(
-                f"the output shape of node {node.name!r} ({node.op_type}) could not be inferred "
-                f"statically ({type(exc).__name__}: {exc})"
-            ) from None
-        shapes.append([np.shape(r) for r in results])
-    if runtime_ints and (not results or shapes[0] != shapes[-1]):
-        names = ", ".join(repr(node.inputs[k].name) for k in runtime_ints)  # type: ignore[union-attr]
-        raise ShapeInferenceError(
-            f"the output shape of node {node.name!r} ({node.op_type}) depends on the runtime values "
-            f"of {names}; plans are built for static shapes, so these values must be constants "
-            f"(initializers) of the model"
-        )
-    return results
-
-
 Pass = Callable[[Graph], int]
 
 
@@ -454,12 +352,17 @@ def _window_reason(node: Node) -> str | None:
         kernel = node.attr("kernel_shape")
     dilations = list(node.attr("dilations") or [1] * nd)
     pads = list(pads or [0] * (2 * nd))
+    strides = list(node.attr("strides") or [1] * nd)
     if kernel is None or len(kernel) != nd or len(dilations) != nd or len(pads) != 2 * nd:
         return None
+    # a pool with ceil_mode=1 has one window (clipped to the input) while the window overruns
+    # the padded input by less than a stride: nn.AvgPool2d(k, ceil_mode=True) on a map
+    # smaller than k, as EfficientNet's pooler
+    ceil = node.op_type != "Conv" and bool(node.attr("ceil_mode", 0)) and len(strides) == nd
     for k in range(nd):
         span = (int(kernel[k]) - 1) * int(dilations[k]) + 1
         padded = int(x.shape[2 + k]) + int(pads[k]) + int(pads[k + nd])
-        if span > padded:
+        if span > padded and not (ceil and span - padded < int(strides[k])):
             return (f"its window spans {span} elements along spatial axis {k} (kernel "
                     f"{list(kernel)}, dilations {dilations}) but the padded input has "
                     f"{padded} there (input {list(x.shape)}, pads {pads}); expected a window "

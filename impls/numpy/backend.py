@@ -21,9 +21,21 @@ MODULES = (
     "pool",
     "norm",
     "elementwise",
+    "elementwise_math",
+    "activations",
+    "sorting",
+    "index_ops",
     "reduce",
     "shape",
     "misc",
+    "gather_scatter",
+    "einsum",
+    "resize",
+    "conv_transpose",
+    "group_norm",
+    "depth_space",
+    "lp_mvn_norm",
+    "eye_like",
 )
 
 

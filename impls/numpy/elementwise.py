@@ -526,3 +526,24 @@ def cast_astype(node: Node) -> Kernel:
             return as_std(x.astype(target, copy=False))
 
     return run
+
+
+def _supports_castlike(node: Node) -> str | None:
+    src, like = node.input(0), node.input(1)
+    for what, v in (("input", src), ("target_type", like)):
+        if v is not None and v.dtype is not None and np.dtype(v.dtype).name not in PLAIN_TYPES:
+            kind = "STRING" if np.dtype(v.dtype).kind in "OUS" else np.dtype(v.dtype).name
+            return (f"CastLike {what} of type {kind} is not supported (numeric or bool tensors: "
+                    f"{', '.join(sorted(PLAIN_TYPES))})")
+    return None
+
+
+@impls.register("CastLike", "astype", priority=Priority.DEFAULT, supports=_supports_castlike)
+def castlike_astype(node: Node) -> Kernel:
+    """CastLike: ndarray.astype to the dtype of the second input (as Cast)."""
+
+    def run(x: np.ndarray, like: np.ndarray) -> np.ndarray:
+        with np.errstate(all="ignore"):
+            return as_std(x.astype(like.dtype, copy=False))
+
+    return run

@@ -21,7 +21,7 @@ import numpy as np
 from dispatch.fusion import FusedNode
 from dispatch.graph import Graph, Node
 from dispatch.registry import ImplTable, Priority
-from impls import regions
+from impls import region_quirks, regions
 from impls.regions import _cut_points as _cut_points  # re-exported: tests import it from here
 from impls.regions import _cut_value as _cut_value
 from impls.regions import region_model, region_reason, static_node_reason
@@ -37,12 +37,52 @@ SETTINGS: dict[str, int] = {"intra_op_threads": 0}
 UNSUPPORTED_OPS: frozenset[str] = frozenset()
 
 
+#: OneHot's (indices, depth, values) dtypes onnxruntime's CPU provider has kernels for
+#: (measured with onnxruntime 1.32 over every numeric combination; others fail to load)
+ONEHOT_TYPES: frozenset[tuple[str, str, str]] = frozenset(
+    (i, d, v)
+    for i, ds, vs in (
+        ("int32", ("int32",), ("float16", "float32")),
+        ("int32", ("float16", "float32"), ("float16", "float32")),
+        ("int64", ("int32",), ("float16", "float32")),
+        ("int64", ("int64",), ("int64", "float16", "float32")),
+        ("int64", ("float16", "float32"), ("int32", "float16", "float32")),
+        ("float16", ("int64",), ("int64",)),
+        ("float16", ("float16", "float32"), ("float16", "float32")),
+        ("float32", ("int64",), ("int64",)),
+        ("float32", ("float16", "float32"), ("float16", "float32")),
+    )
+    for d in ds
+    for v in vs
+)
+
+
+def _op_reason(node: Node) -> str | None:
+    """Why onnxruntime cannot run this ``node`` (an attribute or type combination it has no
+    kernel for), else ``None``."""
+    dtypes = [None if v is None or v.dtype is None else np.dtype(v.dtype).name for v in node.inputs]
+    if node.op_type == "Mod" and not node.attrs.get("fmod") and any(
+            d is not None and d.startswith("float") for d in dtypes):
+        return ("onnxruntime runs Mod on floats only with fmod=1 (it fails on fmod=0 before "
+                "opset 28)")
+    indices = node.inputs[0] if node.inputs else None
+    runtime_indices = indices is not None and not indices.is_const
+    if node.op_type == "OneHot" and node.opset < 11 and runtime_indices:
+        return ("onnxruntime counts negative OneHot indices from depth before opset 11 too, "
+                "where ONNX gives an all-off row (measured with onnxruntime 1.32)")
+    known = len(dtypes) == 3 and None not in dtypes
+    if node.op_type == "OneHot" and known and tuple(dtypes) not in ONEHOT_TYPES:
+        return (f"onnxruntime has no OneHot kernel for indices {dtypes[0]}, depth {dtypes[1]}, "
+                f"values {dtypes[2]}")
+    return None
+
+
 def node_reason(node: Node) -> str | None:
     """``None`` when onnxruntime can run ``node``, else why not."""
     why = static_node_reason(node)
     if why is None and node.op_type in UNSUPPORTED_OPS:
         return f"{node.op_type} is not offered to onnxruntime"
-    return why
+    return why or _op_reason(node) or region_quirks.onnxruntime_reason(node)
 
 
 #: onnxruntime's graph optimisation levels a region can be built with: ``all`` includes the
@@ -79,14 +119,17 @@ def session(region: FusedNode, optimization: str = "all"):
 
 
 def propose(graph: Graph) -> list[list[str]]:
-    """onnxruntime's regions of ``graph`` (see :func:`impls.regions.propose`)."""
-    return regions.propose(graph, node_reason)
+    """onnxruntime's regions of ``graph`` (see :func:`impls.regions.propose`); the nodes it
+    refuses are proposed alone too, so that the tuner records why (:func:`_supports`)."""
+    return regions.propose(graph, node_reason, refused_alone=True)
 
 
 def propose_large(graph: Graph) -> list[list[str]]:
     """The large regions, where the settings variants are measured (see
-    :func:`impls.regions.large_regions`)."""
-    return regions.large_regions(graph, node_reason)
+    :func:`impls.regions.large_regions`), and every refused node alone, so that the tuner
+    records why this variant does not run it either."""
+    refused = [[n.name] for n in graph.nodes if node_reason(n) is not None]
+    return regions.large_regions(graph, node_reason) + refused
 
 
 def _supports(region: FusedNode) -> str | None:

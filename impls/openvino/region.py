@@ -18,16 +18,26 @@ import numpy as np
 from dispatch.fusion import FusedNode
 from dispatch.graph import Graph, Node
 from dispatch.registry import ImplTable, Priority
-from impls import regions
-from impls.regions import region_model, region_reason, static_node_reason, usable_cores
+from impls import region_quirks, regions
+from impls.regions import region_reason, static_node_reason, usable_cores
 
 impls = ImplTable("openvino")
 
 #: set by OpenVinoBackend.configure; 0: every core this process may use
-SETTINGS: dict[str, int] = {"threads": 0}
+SETTINGS: dict[str, Any] = {"threads": 0, "compiled_cache": "off"}
 
 #: default-domain ops never offered to OpenVINO, with why
-UNSUPPORTED_OPS: dict[str, str] = {}
+UNSUPPORTED_OPS: dict[str, str] = {
+    "Mod": "never offered to OpenVINO, which computes Mod as x - trunc(x / y) * y through "
+    "float32 (measured with OpenVINO 2026.4: fmod(1e10, 3) gives 0, not 1; fmod(1, inf) NaN, "
+    "not 1; int32 (2**30 + 3) mod 7 gives 0, not 4) and cannot convert fmod=0 on floats",
+    "BitShift": "never offered to OpenVINO, whose shifts are not ONNX's (measured with OpenVINO "
+    "2026.4: uint8 255 << 2 saturates to 255, not 252; uint32 (2**32 - 1) >> 1 gives 0, not "
+    "2**31 - 1)",
+    "LpNormalization": "never offered to OpenVINO, whose LpNormalization adds an epsilon to the "
+    "norm (measured with OpenVINO 2026.4: -0.998 for -1 where the norm is ~0.05, and x / eps "
+    "where the float32 norm is 0, ONNX's 0)",
+}
 
 #: dtypes the CPU plugin computes in a narrower type (it converts them at the model's edges and
 #: runs the kernels in the narrower one), so their values may change on the way through
@@ -45,6 +55,8 @@ NARROWED: dict[np.dtype, str] = {
 INTEGER_EXACT: frozenset[str] = frozenset({
     "Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Concat", "Split",
     "Slice", "Gather", "Expand", "Tile", "Where", "Cast",
+    # measured exact on int8 / uint8 / int32 data up to +-2**31
+    "GatherND", "GatherElements", "DepthToSpace", "SpaceToDepth",
 })
 
 #: ops measured to run right with empty (zero-size) tensors; others are refused them (measured
@@ -60,8 +72,13 @@ EMPTY_EXACT: frozenset[str] = frozenset({
 
 #: inputs and outputs that hold indices into a tensor or its dimensions (so every valid value
 #: fits in int32): they may be int64 at run time
-INDEX_INPUTS: dict[str, tuple[int, ...]] = {"Gather": (1,)}
-INDEX_OUTPUTS: dict[str, tuple[int, ...]] = {"MaxPool": (1,), "Shape": (0,), "Size": (0,)}
+INDEX_INPUTS: dict[str, tuple[int, ...]] = {"Gather": (1,), "TopK": (1,),
+                                             # measured exact with run-time int32 / int64
+                                             # indices, negative ones included
+                                             "GatherND": (1,), "GatherElements": (1,),
+                                             "ScatterND": (1,), "ScatterElements": (1,)}
+INDEX_OUTPUTS: dict[str, tuple[int, ...]] = {"MaxPool": (1,), "Shape": (0,), "Size": (0,),
+                                              "ArgMax": (0,), "ArgMin": (0,), "TopK": (1,)}
 
 #: reductions whose ``axes`` attribute the ONNX frontend ignores from opset 13 to 17 (it
 #: reduces over every axis instead; measured with OpenVINO 2026.4)
@@ -138,7 +155,7 @@ def node_reason(node: Node) -> str | None:
         return why
     if node.op_type in UNSUPPORTED_OPS:
         return f"{node.op_type}: {UNSUPPORTED_OPS[node.op_type]}"
-    return _dtype_reason(node) or _op_reason(node)
+    return _dtype_reason(node) or _op_reason(node) or region_quirks.openvino_reason(node)
 
 
 def propose(graph: Graph) -> list[list[str]]:
@@ -185,11 +202,12 @@ def compile_config() -> dict[str, Any]:
 
 
 def compiled_model(region: FusedNode) -> Any:
-    """``region`` compiled for OpenVINO's CPU plugin (its ONNX model read by the ONNX
-    frontend)."""
-    ov_core = core()
-    model = ov_core.read_model(model=region_model(region).SerializeToString())
-    return ov_core.compile_model(model, "CPU", compile_config())
+    """``region`` compiled for OpenVINO's CPU plugin: its ONNX model read by the ONNX
+    frontend from a file with external weights, through the compiled cache
+    (:mod:`impls.openvino.compiled_cache`)."""
+    from impls.openvino.compiled_cache import compile_region
+
+    return compile_region(core(), region, compile_config(), str(SETTINGS["compiled_cache"]))
 
 
 @impls.register_region("compiled", propose=propose, priority=Priority.DEFAULT, supports=_supports)

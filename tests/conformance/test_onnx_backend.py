@@ -26,23 +26,29 @@ from dispatch.onnx_import import MIN_OPSET
 
 #: test name (without the ``_cpu`` suffix) -> why it is excluded
 EXCLUDED: dict[str, str] = {
+    "test_attention_4d_causal_fp16_expanded": "float16 rounding: the expected output is the fused "
+    "Attention computed once and rounded to float16; the expanded graph rounds to float16 after "
+    "every one of its ~20 steps (as its ONNX semantics say), and 2 of 192 values end 1 ulp "
+    "(1.2e-3 relative) away, over the suite's rtol of 1e-3",
     "test_squeezenet": "ill-conditioned for any summation order but the reference's: the shipped "
     "weights make all 1000 logits ~9.5e9 and equal to within float32 rounding, so the final "
     "Softmax turns a 6e-7 relative rounding difference into 0.001 vs 0; "
     "test_squeezenet_real_model_logits checks the same model and data on its logits instead",
 }
 
-DATA_DEPENDENT = r"^test_center_crop_pad_.*_expanded$|^test_reduce_log_sum_(asc_axes|desc_axes|empty_set|negative_axes)_expanded$"
+DATA_DEPENDENT = (r"^test_center_crop_pad_.*_expanded$|^test_reduce_log_sum_(asc_axes|desc_axes|empty_set|negative_axes)_expanded$"
+                  r"|^test_(blackman|hamming|hann)window(_symmetric)?_expanded$"
+                  r"|^test_reduce_(l2|log_sum_exp)_(do_not_keepdims|keep_dims|keepdims|negative_axes|empty_set).*_expanded$")
 
 #: regular expressions of excluded families -> why
 EXCLUDED_PATTERNS: dict[str, str] = {
-    r"(?i)bfloat16|float8|float4|int4|int2|e4m3|e5m2|e8m0": "numpy has no bfloat16 / float8 / float4 / int4 / int2 dtypes",
+    r"(?i)bfloat16|_bf16|float8|float4|int4|int2|e4m3|e5m2|e8m0": "numpy has no bfloat16 / float8 / float4 / int4 / int2 dtypes",
     r"(?i)_string": "string tensors are out of scope",
     r"_sequence|_opt(_|$)|optional": "sequence and optional types are out of scope",
     r"training_mode|^test_training_dropout": "training mode is out of scope for an inference dispatcher (supports() rejects it with that reason)",
     r"^test_not_[234]d$": "the model uses opset 1; supported opsets start at 7",
     DATA_DEPENDENT: "intermediate shapes depend on the runtime values of a graph input (crop shape, "
-    "axes); plans are built for static shapes, and Session raises a ShapeInferenceError saying so "
+    "axes, a window's size: a Range up to it); plans are built for static shapes, and Session raises a ShapeInferenceError saying so "
     "(checked by test_data_dependent_shapes_are_reported)",
 }
 

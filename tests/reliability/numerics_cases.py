@@ -602,3 +602,8 @@ def with_all_outputs(model: onnx.ModelProto) -> onnx.ModelProto:
 def cases(op: str, edge: str) -> list[Case]:
     """The cases of registry op key ``op`` for ``edge``."""
     return BUILDERS[op](edge)
+
+
+# the builders of the issue-14 operators live in their own modules; importing them registers them
+from tests.reliability import cases_index as _cases_index  # noqa: E402,F401
+from tests.reliability import cases_math as _cases_math  # noqa: E402,F401

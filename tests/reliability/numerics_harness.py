@@ -82,12 +82,28 @@ def _log_softmax64(node: Node, x: np.ndarray) -> np.ndarray:
     return (d - np.log(np.exp(d).sum(axis=axis, keepdims=True))).astype(x.dtype)
 
 
+def _onehot(node: Node, indices: np.ndarray, depth: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """OneHot by selection: on_value at (indices mod depth) along axis, off_value elsewhere."""
+    d, axis = int(np.asarray(depth).reshape(-1)[0]), int(node.attr("axis", -1))
+    moved = np.moveaxis(np.zeros((*indices.shape, d), bool), -1, axis % (indices.ndim + 1))
+    out = np.full(moved.shape, values[0], values.dtype)
+    for pos in np.ndindex(indices.shape):
+        k = int(indices[pos])
+        if -d <= k < d:
+            full = list(pos)
+            full.insert(axis % (indices.ndim + 1), k % d)
+            out[tuple(full)] = values[1]
+    return out
+
+
 #: float64 formulas that check the reference implementation of an op where onnx's
 #: ReferenceEvaluator is not an oracle: its LRN loops over the batch axis where it means the
 #: channels (onnx/reference/ops/op_lrn.py: ``for c in range(x.shape[0])``), so the square sums
 #: of channels >= N stay zero (errors ~3e-4 on N(0, 1) inputs); its LogSoftmax is
 #: log(softmax(x)): -inf where the softmax underflows (inputs ~1e30) and log-softmax is finite.
-ORACLES = {"LRN": _lrn64, "LogSoftmax": _log_softmax64}
+#: Its OneHot computes hit * (on - off) + off: NaN everywhere once on or off is NaN or both are
+#: infinite, where ONNX selects on_value or off_value. An oracle takes all of the node's inputs.
+ORACLES = {"LRN": _lrn64, "LogSoftmax": _log_softmax64, "OneHot": _onehot}
 
 
 def reference_env(reg: Registry, graph: Graph, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -230,7 +246,8 @@ def check_candidate(reg: Registry, p: Prepared, cand: Candidate,
     if is_reference and cand.node.op_type in ORACLES:
         (v,) = cand.node.outputs
         with np.errstate(all="ignore"):
-            expected = {v.name: ORACLES[cand.node.op_type](cand.node, p.env[cand.node.inputs[0].name])}
+            args = [p.env.get(i.name, i.const) for i in cand.node.inputs if i is not None]
+            expected = {v.name: ORACLES[cand.node.op_type](cand.node, *args)}
     else:
         expected = p.onnx_values() if is_reference else p.env
     try:
