@@ -71,7 +71,7 @@ class Arch:
 
 
 def _text(vocab: int = 512, **kw) -> dict:
-    return {"vocab_size": vocab, "max_position_embeddings": 64, **kw}
+    return {"vocab_size": vocab, "max_position_embeddings": 128, **kw}
 
 
 _BERT_TINY = _text(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
@@ -83,7 +83,7 @@ ARCHS: dict[str, Arch] = {a.name: a for a in (
          _BERT_TINY, inputs=BERT_LIKE),
     Arch("roberta", "RobertaModel (position ids from input_ids != pad: CumSum); full: RoBERTa-base",
          "text", "RobertaModel", "RobertaConfig",
-         {**_BERT_TINY, "max_position_embeddings": 66, "pad_token_id": 1}),
+         {**_BERT_TINY, "max_position_embeddings": 130, "pad_token_id": 1}),
     Arch("distilbert", "DistilBertModel; full: distilbert-base", "text", "DistilBertModel",
          "DistilBertConfig", _text(dim=32, n_layers=2, n_heads=2, hidden_dim=64)),
     Arch("albert", "AlbertModel (shared layers, factorised embedding); full: albert-base-v2",

@@ -160,21 +160,23 @@ def test_data_dependent_shapes_are_reported():
 
 
 def test_squeezenet_real_model_logits():
-    """The excluded real-model case on its logits: the numpy plan reproduces the shipped
-    output exactly, and the default (native) plan matches the numpy logits within rtol 1e-5."""
+    """The excluded real-model case on its logits (the Softmax input): the numpy plan matches
+    onnx's reference evaluator and the default plan matches the numpy plan, within rtol 1e-5.
+    (Its shipped output, the Softmax of 1,000 logits equal to within float32 rounding, depends
+    on the summation order of each library: uniform 0.001 in onnx's data, one-hot here.)"""
     import numpy as np
+    from onnx.reference import ReferenceEvaluator
 
     from dispatch import Session
 
     data = os.path.join(os.path.dirname(onnx.backend.test.__file__), "data", "light")
     model = onnx.load(os.path.join(data, "light_squeezenet.onnx"))
-    expected = onnx.numpy_helper.to_array(onnx.load_tensor(os.path.join(data, "light_squeezenet_output_0.pb")))
     x = (np.arange(3 * 224 * 224).reshape(1, 3, 224, 224) / (3 * 224 * 224)).astype(np.float32)
-    numpy_out = Session(model, backends=["numpy"]).run(None, {"data_0": x})[0]
-    np.testing.assert_allclose(numpy_out, expected, rtol=1e-3, atol=1e-7)
     softmax = next(n for n in model.graph.node if n.op_type == "Softmax")
     model.graph.output.append(onnx.helper.make_tensor_value_info(softmax.input[0], onnx.TensorProto.FLOAT, None))
+    expected = ReferenceEvaluator(model).run([softmax.input[0]], {"data_0": x})[0]
     ref = Session(model, backends=["numpy"]).run([softmax.input[0]], {"data_0": x})[0]
+    np.testing.assert_allclose(ref, expected, rtol=1e-5)
     out = Session(model).run([softmax.input[0]], {"data_0": x})[0]
     np.testing.assert_allclose(out, ref, rtol=1e-5)
 
