@@ -3,8 +3,10 @@
 The ``dispatch`` package is the core: graph import, registries, plans, the executor and the
 Session. Importing it is cheap and imports neither the tuner nor optional heavy libraries
 (onnxruntime): ``Session``, ``Plan``, ``Config`` and ``OpDispatchError`` are resolved on first
-use, and the only thing done at import is the OpenBLAS thread default (:mod:`dispatch.blas`),
-which must happen before numpy loads.
+use. The import order does not matter: the BLAS and OpenMP thread settings a plan runs with are
+put in force around each run and restored after it (:mod:`dispatch.blas`); the only thing done
+at import is the ``OPENBLAS_THREAD_TIMEOUT`` default for the program's own numpy calls, set
+when numpy is not loaded yet.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from dispatch.blas import BLAS_SPIN_ENV, blas_threads_settled
+from dispatch.blas import BLAS_SPIN_ENV
 
 if TYPE_CHECKING:
     from dispatch.config import Config
@@ -44,4 +46,4 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
 
 
-__all__ = ["BLAS_SPIN_ENV", "Config", "OpDispatchError", "Plan", "Session", "__version__", "blas_threads_settled"]
+__all__ = ["BLAS_SPIN_ENV", "Config", "OpDispatchError", "Plan", "Session", "__version__"]

@@ -9,6 +9,7 @@ says where each effective value came from (``opdispatch config`` prints it).
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +35,22 @@ def _cache_dir() -> Path:
 def _config_dir() -> Path:
     base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
     return Path(base) / "opdispatch"
+
+
+def _file_state(path: Path) -> str:
+    """``"file"`` (a regular file), ``"missing"``, or what else is at ``path``: ``"unreachable:
+    ..."`` when a folder of its path cannot be searched, ``"is a folder..."`` (checked with
+    ``stat``: a FIFO is never opened)."""
+    try:
+        st = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return "missing"
+    except OSError as exc:
+        return f"unreachable: {exc.strerror or exc} on a folder of its path"
+    if stat.S_ISREG(st.st_mode):
+        return "file"
+    kind = "a folder" if stat.S_ISDIR(st.st_mode) else "a FIFO, socket or device"
+    return f"is {kind}, not a file"
 
 
 def _as_list(value: Any) -> tuple[str, ...]:
@@ -123,6 +140,8 @@ class Config:
     objective: str = "latency"
     config_file: str | None = None
     origin: Mapping[str, str] = field(default_factory=dict)
+    #: why no config file was looked at (its folder cannot be searched), else ``None``
+    config_note: str | None = None
 
     @classmethod
     def load(
@@ -142,11 +161,21 @@ class Config:
         path = Path(config_file) if config_file else Path(env.get("OPDISPATCH_CONFIG", "") or _config_dir() / "config.toml")
         file_values: dict[str, Any] = {}
         used_file = None
-        if path.is_file():
+        state = _file_state(path)
+        note = None
+        if state not in ("file", "missing"):
+            if config_file or env.get("OPDISPATCH_CONFIG") or not state.startswith("unreachable"):
+                raise ConfigError(f"config file {str(path)!r} {state}")
+            # the default location in a home this user cannot search: no file it could read
+            note = f"{path} {state}; none used"
+        if state == "file":
             try:
                 file_values = tomllib.loads(path.read_text())
             except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
                 raise ConfigError(f"config file {str(path)!r} is not valid TOML: {exc}") from None
+            except OSError as exc:
+                raise ConfigError(f"config file {str(path)!r} cannot be read: "
+                                  f"{exc.strerror or exc}") from None
             used_file = str(path)
             table = file_values.get("opdispatch", file_values)
             bad = set(table) - known_names
@@ -173,7 +202,7 @@ class Config:
                 raise ConfigError(f"setting {s.name!r} ({origin.get(s.name, 'from ' + s.env)}): {exc}") from None
         if values["objective"] not in ("latency", "memory"):
             raise ConfigError(f"objective must be 'latency' or 'memory', received {values['objective']!r}")
-        return cls(**values, config_file=used_file, origin=origin)
+        return cls(**values, config_file=used_file, origin=origin, config_note=note)
 
     @property
     def effective_threads(self) -> int:

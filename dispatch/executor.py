@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from dispatch import blas
 from dispatch.errors import KernelError, PlanError
 from dispatch.fusion import REGION_OP, FusedNode, step_node
 from dispatch.graph import Graph, Node
@@ -111,7 +112,13 @@ class Executor:
         self._registry = registry
         self._fallbacks: dict[int, Call] = {}
         self._fallback_lock = threading.Lock()
+        try:
+            #: the BLAS and OpenMP thread counts in force while the plan runs (:mod:`dispatch.blas`)
+            self.threads = blas.ThreadSettings.of_provenance(plan.provenance)
+        except ValueError as exc:
+            raise PlanError(str(exc)) from None
         self._build(registry)
+        blas.libraries(refresh=True)  # the libraries the kernels just loaded, found once here
 
     # -- building ----------------------------------------------------------------------
     def _slot(self, value: str, layout: str, nbytes: int = 0) -> int:
@@ -300,7 +307,24 @@ class Executor:
         inputs converted to the standard layout, its outputs back to the layouts the rest of
         the plan reads), ``on_fault`` receives the error, and the run goes on; if the
         reference fails too, or a converter fails, the run stops with the error.
+
+        The whole run holds the plan's thread settings (:attr:`threads`: BLAS and OpenMP
+        thread counts, :func:`dispatch.blas.enter`), whatever the caller's are; the caller's
+        are restored when it returns or raises.
         """
+        token = blas.enter(self.threads)
+        try:
+            return self._run(feeds, output_names, timings, on_fault)
+        finally:
+            blas.leave(token)
+
+    def _run(
+        self,
+        feeds: Mapping[str, np.ndarray],
+        output_names: Sequence[str] | None,
+        timings: list[float] | None,
+        on_fault: Callable[[KernelError], None] | None,
+    ) -> list[np.ndarray]:
         slots = list(self._template)
         for name, s in self._input_slots:
             slots[s] = feeds[name]

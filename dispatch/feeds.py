@@ -7,7 +7,9 @@ that is no array of numbers, an unknown or missing name each raise a
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import functools
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -32,27 +34,62 @@ def check_feeds(graph: Graph, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]
     """``feeds`` as plain arrays, each checked against its input's dtype and static shape;
     anything else raises :class:`~dispatch.errors.FeedError` saying what was received and
     what the model expects. Nothing is converted silently."""
+    expected = [_Expected(v.name, np.dtype(v.dtype), list(v.shape or ()), None) for v in graph.inputs]  # type: ignore[arg-type]
+    return _check(expected, feeds)
+
+
+def check_declared_feeds(declared: Sequence[Any], feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """As :func:`check_feeds`, against the model's declared inputs
+    (:class:`dispatch.input_shapes.DeclaredInput`: symbolic dimensions accept any size, the
+    inputs sharing a symbol must agree on it)."""
+    from dispatch.input_shapes import feed_shapes, mismatch
+
+    expected = [_Expected(d.name, np.dtype(d.dtype), list(d.dims) if d.dims is not None else None,
+                          functools.partial(mismatch, d)) for d in declared]
+    arrays = _check(expected, feeds)
+    feed_shapes(declared, arrays)  # one symbol given two sizes: a FeedError naming both
+    return arrays
+
+
+@dataclass(frozen=True)
+class _Expected:
+    name: str
+    dtype: np.dtype
+    #: the expected dimensions (sizes, or symbols for a declared input; None: any rank)
+    dims: list[Any] | None
+    #: for a declared input: shape -> why it does not fit, else None (static: equality)
+    fits: Callable[[Sequence[int]], str | None] | None
+
+
+def _dims_text(dims: list[Any] | None) -> str:
+    if dims is None:
+        return "(any rank)"
+    return "[" + ", ".join("?" if d is None else str(d) for d in dims) + "]"
+
+
+def _check(expected: Sequence[_Expected], feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
     if not isinstance(feeds, Mapping):
         raise FeedError(f"feeds must be a dict of input name -> array, received {type(feeds).__name__}")
-    expected = {v.name: v for v in graph.inputs}
-    unknown = [k for k in feeds if k not in expected]
-    missing = [k for k in expected if k not in feeds]
+    by_name = {e.name: e for e in expected}
+    unknown = [k for k in feeds if k not in by_name]
+    missing = [k for k in by_name if k not in feeds]
     if unknown or missing:
         parts = []
         if unknown:
             parts.append(f"unknown input name(s) {unknown}")
         if missing:
             parts.append(f"missing input(s) {missing}")
-        want = ", ".join(f"{v.name}: {v.dtype} {list(v.shape or ())}" for v in graph.inputs)
+        want = ", ".join(f"{e.name}: {e.dtype} {_dims_text(e.dims)}" for e in expected)
         raise FeedError(f"{'; '.join(parts)}; the model expects {want or 'no inputs'}")
     out: dict[str, np.ndarray] = {}
     for name, value in feeds.items():
-        v = expected[name]
+        e = by_name[name]
+        want_shape = _dims_text(e.dims)
         if isinstance(value, np.ma.MaskedArray):
             raise FeedError(
                 f"input {name!r}: received a numpy masked array; its mask would be ignored: "
-                f"pass a plain array (e.g. value.filled(0)) of dtype {v.dtype} and shape "
-                f"{list(v.shape or ())}"
+                f"pass a plain array (e.g. value.filled(0)) of dtype {e.dtype} and shape "
+                f"{want_shape}"
             )
         given = "" if isinstance(value, np.ndarray) else (
             f" (converted from a {type(value).__name__})")
@@ -62,19 +99,26 @@ def check_feeds(graph: Graph, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]
         except (ValueError, TypeError, OverflowError) as exc:
             raise FeedError(
                 f"input {name!r}: received a {type(value).__name__} that is not an array of "
-                f"numbers ({exc}); expected a numpy array of dtype {v.dtype} and shape "
-                f"{list(v.shape or ())}"
+                f"numbers ({exc}); expected a numpy array of dtype {e.dtype} and shape "
+                f"{want_shape}"
             ) from None
-        if arr.dtype != v.dtype:
+        if arr.dtype != e.dtype:
             raise FeedError(
-                f"input {name!r}: received dtype {arr.dtype}{given}, expected {v.dtype} "
-                f"(shape {list(v.shape or ())}); feeds are not converted silently: pass "
-                f"np.asarray(value, dtype=np.{np.dtype(v.dtype).name})"
+                f"input {name!r}: received dtype {arr.dtype}{given}, expected {e.dtype} "
+                f"(shape {want_shape}); feeds are not converted silently: pass "
+                f"np.asarray(value, dtype=np.{e.dtype.name})"
             )
-        if tuple(arr.shape) != tuple(v.shape or ()):
+        if e.fits is not None:
+            why = e.fits(arr.shape)
+            if why:
+                raise FeedError(f"input {name!r}: received shape {list(arr.shape)}, expected "
+                                f"{want_shape} ({why})")
+        elif list(arr.shape) != e.dims:
             raise FeedError(
-                f"input {name!r}: received shape {list(arr.shape)}, expected {list(v.shape or ())}"
-                f"; a session is planned for static shapes, create it with input_shapes= for others"
+                f"input {name!r}: received shape {list(arr.shape)}, expected {want_shape}"
+                f"; a session is planned for static shapes: plan one for this shape with "
+                f"--shape {name}={'x'.join(str(d) for d in arr.shape) or 'scalar'} on the "
+                f"command line, or input_shapes={{{name!r}: {list(arr.shape)}}} in Python"
             )
         out[name] = arr
     return out

@@ -83,8 +83,14 @@ def read_model(model: ModelLike) -> onnx.ModelProto:
             raise ModelLoadError(f"model file {str(path)!r} does not exist")
         if path.is_dir():
             raise ModelLoadError(f"expected an .onnx file, received the directory {str(path)!r}")
+        if not path.is_file():  # a FIFO would block the read until another process writes
+            raise ModelLoadError(f"expected an .onnx file, received {str(path)!r}, which is "
+                                 f"not a regular file (a FIFO, socket or device)")
         try:
             return onnx.load(str(path))
+        except onnx.checker.ValidationError as exc:  # external data outside the model's folder
+            raise ModelLoadError(f"{str(path)!r}: its external data cannot be loaded: "
+                                 f"{exc}") from None
         except (DecodeError, ValueError, RuntimeError, OSError, TypeError, RecursionError,
                 MemoryError) as exc:
             size = path.stat().st_size

@@ -1,7 +1,8 @@
 """The two policies a plan key depends on, written once: objectives and which backends a plan uses.
 
 An objective names what tuning minimises (``latency`` or ``memory``), optionally under a memory
-cap (``latency@cap=BYTES``); the spelled-out form is part of every plan key. The backends a plan
+cap (``latency@cap=BYTES``) and optionally letting NaN/Inf outputs differ from the reference
+(``latency+nonstrict-nan``); the spelled-out form is part of every plan key. The backends a plan
 may use are the ones asked for, else the configured order first (it orders the untuned plan)
 followed by every other available backend. The Session, the tuner and the report's plan lookup
 all ask this module, so that they compute the same key for the same model.
@@ -19,15 +20,19 @@ if TYPE_CHECKING:
 
 #: The objectives tuning can minimise.
 OBJECTIVES = ("latency", "memory")
+#: How an objective ends when its plan may differ from the reference on NaN/Inf inputs
+#: (tuned with ``allow_nonstrict_nan``: :mod:`tuner.nonfinite`), e.g. ``latency+nonstrict-nan``.
+NONSTRICT_NAN_SUFFIX = "+nonstrict-nan"
 
 
 def parse_objective(objective: str) -> tuple[str, int | None]:
     """Split an objective as it appears in plan keys into ``(objective, memory_cap_bytes)``:
-    ``"latency"`` -> ``("latency", None)``, ``"latency@cap=1000000"`` -> ``("latency", 1000000)``.
-    Raises :class:`~dispatch.errors.ArgumentError` naming the known objectives."""
+    ``"latency"`` -> ``("latency", None)``, ``"latency@cap=1000000"`` -> ``("latency", 1000000)``
+    (a :data:`NONSTRICT_NAN_SUFFIX` is accepted and left to :func:`nonstrict_nan`). Raises :class:`~dispatch.errors.ArgumentError` naming the known objectives."""
     if not isinstance(objective, str):
         raise ArgumentError(f"objective must be a string, received {type(objective).__name__}")
-    name, sep, rest = objective.partition("@")
+    strict = objective.removesuffix(NONSTRICT_NAN_SUFFIX)
+    name, sep, rest = strict.partition("@")
     cap: int | None = None
     if sep:
         text = rest[len("cap="):] if rest.startswith("cap=") else ""
@@ -43,16 +48,23 @@ def parse_objective(objective: str) -> tuple[str, int | None]:
     if name not in OBJECTIVES:
         raise ArgumentError(
             f"unknown objective {objective!r}; known: {', '.join(OBJECTIVES)} "
-            f"(optionally @cap=BYTES)"
+            f"(optionally @cap=BYTES, then optionally {NONSTRICT_NAN_SUFFIX})"
         )
     return name, cap
 
 
-def objective_string(objective: str, memory_cap_bytes: int | None = None) -> str:
-    """The objective as it appears in plan keys, e.g. ``latency`` or ``latency@cap=1000000``."""
+def objective_string(objective: str, memory_cap_bytes: int | None = None,
+                     nonstrict_nan: bool = False) -> str:
+    """The objective as it appears in plan keys, e.g. ``latency``, ``latency@cap=1000000`` or
+    ``latency+nonstrict-nan``."""
     if memory_cap_bytes is not None:
-        return f"{objective}@cap={int(memory_cap_bytes)}"
-    return objective
+        objective = f"{objective}@cap={int(memory_cap_bytes)}"
+    return objective + (NONSTRICT_NAN_SUFFIX if nonstrict_nan else "")
+
+
+def nonstrict_nan(objective: str) -> bool:
+    """Whether ``objective`` (as in plan keys) lets NaN/Inf differ from the reference."""
+    return isinstance(objective, str) and objective.endswith(NONSTRICT_NAN_SUFFIX)
 
 
 def plan_backends(

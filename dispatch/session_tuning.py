@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import logging
+import time
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -13,6 +15,11 @@ import numpy as np
 from dispatch.compare import MODEL_TOLERANCE, check_outputs
 from dispatch.errors import ArgumentError, OpDispatchError
 from dispatch.executor import Executor
+
+#: The logger first-run tuning announces itself on (a WARNING when it starts, since the first
+#: run then takes up to the tuning budget; INFO when it ends): route or silence it with the
+#: ``logging`` configuration of the service.
+log = logging.getLogger("opdispatch.tuning")
 
 
 class TuningMixin:
@@ -81,6 +88,14 @@ class TuningMixin:
         """Tune, then switch to the tuned plan if it reproduces ``outputs`` (the untuned plan's)
         on the first run's real inputs; on failure keep the untuned plan and warn."""
         problem = ""
+        budget = self._tune_budget_s if self._tune_budget_s is not None else (
+            self._tune_options.budget_s if self._tune_options is not None
+            else self.config.tune_budget_s)
+        name = self.graph.name if self.graph is not None else "the model"
+        log.warning("opdispatch: tuning %s on its first run (budget %.0f s, objective %s, store "
+                    "%s): this run returns when tuning ends; tune ahead of time with `opdispatch "
+                    "tune` to avoid the wait", name, budget, self.objective, self.store_path)
+        started = time.monotonic()
         try:
             result, executor = self._run_tuner(None, {})
             wrong = check_outputs(executor.run(feeds, names), outputs, [], tol=MODEL_TOLERANCE)
@@ -94,4 +109,6 @@ class TuningMixin:
             warnings.warn(f"opdispatch: {self.plan_note}", RuntimeWarning, stacklevel=3)
             return
         self._switch_to(result, executor, self._tuned_note(result, "on the first run"))
+        log.info("opdispatch: first-run tuning of %s done in %.1f s: %s", name,
+                 time.monotonic() - started, self.plan_note)
 

@@ -16,7 +16,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from dispatch.errors import ArgumentError
-from dispatch.input_shapes import ShapeSet, feed_shapes, is_dynamic
+from dispatch.feeds import check_declared_feeds
+from dispatch.input_shapes import ShapeSet, is_dynamic
 
 if TYPE_CHECKING:
     from dispatch.session import Session
@@ -50,7 +51,8 @@ class ShapeSessions:
         owner = self.owner
         if not isinstance(feeds, Mapping) or not is_dynamic(owner.declared):
             return owner
-        return self.get(feed_shapes(owner.declared, feeds))
+        arrays = check_declared_feeds(owner.declared, feeds)
+        return self.get(tuple((d.name, tuple(arrays[d.name].shape)) for d in owner.declared))
 
     def get(self, shapes: ShapeSet) -> Session:
         """The session for concrete input ``shapes`` (see :meth:`session_for`)."""

@@ -10,6 +10,8 @@ candidate gets a :class:`Measurement` with its ``error`` and is never chosen.
 Timing: ``warmup`` untimed runs, then timed runs until the 95% confidence interval of the
 median is within ``ci_target`` of it (the notch estimate 1.57 * IQR / sqrt(n) of McGill et al.)
 or ``time_cap_s`` is spent or ``max_repeats`` is reached; the median and the IQR are recorded.
+Candidates and converters are checked and timed under the BLAS and OpenMP thread settings plans
+run with (:func:`dispatch.blas.in_force`: the tuner's, else the defaults), never the caller's.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dispatch import blas
 from dispatch.compare import (  # noqa: F401  (re-exported: the tuner's names for them)
     DEFAULT_TOLERANCE,
     MODEL_TOLERANCE,
@@ -37,6 +40,7 @@ from dispatch.graph import Node, Value
 from dispatch.registry import STANDARD, Implementation, Registry
 from layouts.registry import Converter
 from tuner.candidates import Candidate
+from tuner.index_bounds import DEFAULT_HIGH, index_bounds
 
 
 @dataclass(frozen=True)
@@ -53,14 +57,16 @@ class Measurement:
         return self.error is None
 
 
-def random_input(v: Value, rng: np.random.Generator) -> np.ndarray:
-    """A seeded random array for a non-constant value (standard layout)."""
+def random_input(v: Value, rng: np.random.Generator, high: int | None = None) -> np.ndarray:
+    """A seeded random array for a non-constant value (standard layout); integers in
+    ``[0, high)`` (default :data:`~tuner.index_bounds.DEFAULT_HIGH`; see
+    :func:`tuner.index_bounds.index_bounds` for values used as indices)."""
     assert v.shape is not None and v.dtype is not None
     dt = np.dtype(v.dtype)
     if dt.kind == "f":
         return rng.standard_normal(v.shape).astype(dt)
     if dt.kind in "iu":
-        return rng.integers(0, 4, size=v.shape).astype(dt)
+        return rng.integers(0, max(1, min(high or DEFAULT_HIGH, DEFAULT_HIGH)), size=v.shape).astype(dt)
     if dt.kind == "b":
         return rng.integers(0, 2, size=v.shape).astype(bool)
     return np.zeros(v.shape, dt)
@@ -129,12 +135,20 @@ def measure_candidate(
     **timing,
 ) -> Measurement:
     """Check ``cand`` against the numpy reference, then time its kernel (inputs already in
-    its layouts; conversions are priced separately)."""
+    its layouts; conversions are priced separately), under the plans' thread settings."""
+    with blas.in_force():
+        return _measure_candidate(registry, cand, seed=seed, check=check, **timing)
+
+
+def _measure_candidate(registry: Registry, cand: Candidate, *, seed: int, check: bool,
+                       **timing) -> Measurement:
     rng = np.random.default_rng(seed)
     node = cand.node
     try:
+        bounds = index_bounds(node.nodes if isinstance(node, FusedNode) else [node])
         std_inputs = [
-            None if v is None else (np.asarray(v.const) if v.is_const else random_input(v, rng))
+            None if v is None else (np.asarray(v.const) if v.is_const
+                                    else random_input(v, rng, bounds.get(v.name)))
             for v in node.inputs
         ]
         ins = [
@@ -171,7 +185,8 @@ def measure_conversion(
     seed: int = 0,
     **timing,
 ) -> Measurement:
-    """Time a chain of converters on a tensor of ``shape`` (its first layout's physical array)."""
+    """Time a chain of converters on a tensor of ``shape`` (its first layout's physical array),
+    under the plans' thread settings."""
     if not chain:
         return Measurement(0.0, 0.0, 0)
     rng = np.random.default_rng(seed)
@@ -184,6 +199,7 @@ def measure_conversion(
             a = conv(a, tuple(shape))
 
     try:
-        return time_calls(run, **timing)
+        with blas.in_force():
+            return time_calls(run, **timing)
     except Exception as exc:
         return Measurement(float("inf"), 0.0, 0, f"failed: {type(exc).__name__}: {exc}")

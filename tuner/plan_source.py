@@ -21,7 +21,7 @@ from dispatch.config import Config
 from dispatch.errors import ArgumentError
 from dispatch.graph import Graph
 from dispatch.onnx_import import ModelLike
-from dispatch.plan_policy import parse_objective
+from dispatch.plan_policy import nonstrict_nan, parse_objective
 from dispatch.plan_source import StoredPlanLookup
 from dispatch.registry import Registry
 from tuner.fingerprint import PlanKey
@@ -36,7 +36,7 @@ from tuner.store import (
 from tuner.tune import TuneOptions, TuneResult, plan_key, tune
 
 #: ``TuneOptions`` fields a Session sets itself (from its objective and backends).
-SESSION_TUNE_FIELDS = ("objective", "memory_cap_bytes", "backends", "budget_s")
+SESSION_TUNE_FIELDS = ("objective", "memory_cap_bytes", "backends", "budget_s", "allow_nonstrict_nan")
 
 
 class StorePlanSource:
@@ -68,7 +68,7 @@ class StorePlanSource:
         backends: Sequence[str], objective: str,
     ) -> StoredPlanLookup:
         """The stored plan for ``graph`` (see the module docstring); never raises."""
-        if not isinstance(store, PlanStore) and not (store_path and os.path.exists(store_path)):
+        if not isinstance(store, PlanStore) and _absent(store_path):
             return StoredPlanLookup(None, None, f"no plan store at {store_path}: running the "
                                     f"untuned plan", ["no plan store exists there"])
         opened: PlanStore | None = None
@@ -128,6 +128,18 @@ class StorePlanSource:
                 opened.close()
 
 
+def _absent(path: str) -> bool:
+    """Whether no file is at ``path`` (a path that cannot be reached is not absent: opening
+    it says why)."""
+    try:
+        os.stat(path) if path else None
+    except (FileNotFoundError, NotADirectoryError):
+        return True
+    except OSError:
+        return False
+    return not path
+
+
 def _recover(path: str) -> str:
     """Move the damaged store at ``path`` aside (a fresh one replaces it); says where it went."""
     try:
@@ -167,7 +179,8 @@ def _tune_settings(
     name, cap = parse_objective(objective)
     return replace(base, **options,
                    budget_s=float(budget_s if budget_s is not None else base.budget_s),
-                   objective=name, memory_cap_bytes=cap, backends=list(backends))
+                   objective=name, memory_cap_bytes=cap, backends=list(backends),
+                   allow_nonstrict_nan=nonstrict_nan(objective))
 
 
 def stored_shapes(plans: PlanStore, key: PlanKey) -> list[str]:

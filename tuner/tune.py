@@ -43,7 +43,7 @@ import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from dispatch import graph_cache
+from dispatch import blas, graph_cache
 from dispatch.backend import load_registry
 from dispatch.config import Config
 from dispatch.errors import OpDispatchError
@@ -65,8 +65,10 @@ from tuner.fingerprint import (
     model_fingerprint,
     software_digest,
     software_fingerprint,
+    usable_cores,
 )
 from tuner.measure import Measurement, reference_overrides
+from tuner.nonfinite import nonfinite_winner
 from tuner.optimize import Choice, Problem, Solution, evaluate, optimize
 from tuner.store import PlanStore, StoreWriteError
 from tuner.tune_measure import _conversion_costs, _measure_all
@@ -278,7 +280,7 @@ def objective_key(opts: TuneOptions) -> str:
     """The objective as it appears in plan keys, e.g. ``latency`` or ``latency@cap=1000000``."""
     if opts.objective not in OBJECTIVES:
         raise TuningError(f"unknown objective {opts.objective!r}; known: {', '.join(OBJECTIVES)}")
-    return objective_string(opts.objective, opts.memory_cap_bytes)
+    return objective_string(opts.objective, opts.memory_cap_bytes, opts.allow_nonstrict_nan)
 
 
 def plan_key(graph: Graph, registry: Registry, backends: Sequence[str], objective: str) -> PlanKey:
@@ -322,8 +324,12 @@ def tune(
     backends = plan_backends(registry, config.backend_order, opts.backends)
     missing = unavailable_backends(registry, opts.backends or [])
     if missing:
+        why = "; ".join(
+            f"{b}: {registry.backends[b].reason or 'unavailable'}" if b in registry.backends
+            else f"{b}: no such backend (known: {', '.join(registry.backends)})" for b in missing)
         raise TuningError(
-            f"backends {missing} are not available; available: {registry.available_backends()}"
+            f"backends {missing} are not available ({why}); available: "
+            f"{registry.available_backends()}"
         )
     for status in registry.backends.values():
         configure = getattr(status.backend, "configure", None)
@@ -332,19 +338,25 @@ def tune(
     if not isinstance(store, PlanStore):
         store = PlanStore(store or config.store_path)
     store = _GuardedStore(store)
-    graph = load_graph(model, registry, backends, input_shapes)
-    key = plan_key(graph, registry, backends, objective)
-    hw, sw = hardware_digest(key.hardware), software_digest(key.software)
-    run_id = store.start_run(model_fp=key.model, budget_s=opts.budget_s, objective=objective)
-    deadline = t_start + opts.budget_s
-    try:
-        result = _tune(graph, registry, backends, store, key, hw, sw, opts, deadline, run_id, say, cpu_start)
-    except KeyboardInterrupt:
-        store.finish_run(run_id, "interrupted", {"elapsed_s": time.monotonic() - t_start})
-        raise
-    except Exception as exc:
-        store.finish_run(run_id, "failed", {"error": f"{type(exc).__name__}: {exc}"})
-        raise
+    # everything from here on (measurements, validation, the reference run) under the thread
+    # settings the plan will run with, whatever the caller's are (restored at the end)
+    settings = blas.ThreadSettings.default(config.threads or usable_cores())
+    outside = blas.process_state()
+    with blas.in_force(settings):
+        graph = load_graph(model, registry, backends, input_shapes)
+        key = plan_key(graph, registry, backends, objective)
+        hw, sw = hardware_digest(key.hardware), software_digest(key.software)
+        run_id = store.start_run(model_fp=key.model, budget_s=opts.budget_s, objective=objective)
+        deadline = t_start + opts.budget_s
+        try:
+            result = _tune(graph, registry, backends, store, key, hw, sw, opts, deadline, run_id, say,
+                           cpu_start, blas.record(settings, outside))
+        except KeyboardInterrupt:
+            store.finish_run(run_id, "interrupted", {"elapsed_s": time.monotonic() - t_start})
+            raise
+        except Exception as exc:
+            store.finish_run(run_id, "failed", {"error": f"{type(exc).__name__}: {exc}"})
+            raise
     result.stats["tuning_s"] = time.monotonic() - t_start
     store.finish_run(run_id, "finished", result.stats)
     result.store_error = store.error
@@ -364,6 +376,7 @@ def _tune(
     run_id: int | None,
     say: Callable[[str], None],
     cpu_start: busy.CpuSnapshot | None = None,
+    threading: dict[str, Any] | None = None,
 ) -> TuneResult:
     untuned = heuristic_plan(graph, registry, backends)
     # the untuned plan and each backend's own untuned plan (the backend first, numpy for what
@@ -420,6 +433,8 @@ def _tune(
         "hardware": key.hardware, "software": key.software, "tuning_run": run_id,
         "tuned_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
+    if threading is not None:  # the thread settings it was measured under and will run with
+        provenance["threading"] = threading
     plans: list[PlanCandidate] = []
     skipped_alternatives = 0
     try:
@@ -470,9 +485,10 @@ def _tune(
     reference = Executor(graph, reference_plan, registry).run(feeds)
     t_stage = time.monotonic()
     _validate(graph, registry, plans, feeds, reference, opts.validate_runs, deadline,
-              grace_s=0.05 * opts.budget_s)
+              grace_s=0.05 * opts.budget_s, say=say)
     stage_s["validate_s"] = time.monotonic() - t_stage
-    win = _winner(plans, opts)
+    # the winner must also agree with the reference on NaN/Inf inputs (tuner.nonfinite)
+    win, nonfinite = nonfinite_winner(graph, registry, plans, reference_plan, opts, _winner)
     valid = [pc for pc in plans if pc.error is None]
     fastest = min(valid, key=lambda pc: pc.latency_ms or 0.0)
     kept = "" if fastest is win or opts.objective != "latency" else (
@@ -496,7 +512,11 @@ def _tune(
         "winner_note": kept, "noisy_plans": noisy,
         "others_cpu_share": busy.others_share(cpu_start, busy.snapshot()),
         "skipped_validation": [pc.label for pc in plans if pc.error == BUDGET_SKIP],
+        "nonfinite": nonfinite,
     }
+    if threading is not None:
+        stats["threading"] = blas.describe(threading)
+        stats["threading_differs"] = blas.differences(threading, threading.get("process"))
     plan_id = store.put_plan(key, win.plan.to_json(), latency_ms=win.latency_ms,
                              peak_bytes=win.peak_bytes, run_id=run_id,
                              notes={"winner": win.label, "stats": stats})

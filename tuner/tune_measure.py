@@ -22,6 +22,7 @@ from dispatch.graph import Graph
 from dispatch.registry import STANDARD, Registry
 from tuner.candidates import Candidate, CandidateSet
 from tuner.measure import Measurement, measure_candidate, measure_conversion
+from tuner.nonfinite import checked
 from tuner.store import PlanStore
 from tuner.tune_types import TuneOptions
 
@@ -31,7 +32,11 @@ def _progress(total: int, desc: str, enabled: bool) -> contextlib.AbstractContex
         return contextlib.nullcontext(None)
     from tqdm import tqdm
 
+    # no ETA: the rate times the candidates left ignores the budget, which ends measuring
+    # first; the postfix says how much of the budget is left instead
     return tqdm(total=total, desc=desc, unit="cand", file=sys.stderr, leave=False,
+                bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} "
+                           "[{elapsed}{postfix}]",
                 disable=not sys.stderr.isatty() and not os.environ.get("OPDISPATCH_PROGRESS"))
 
 
@@ -63,7 +68,8 @@ def _measure_all(
         for sig in order:
             cand = groups[sig][0]
             if bar is not None:
-                bar.set_postfix_str(cand.impl.name[:40])
+                bar.set_postfix_str(f"budget left {max(0.0, deadline - time.monotonic()):.0f} s, "
+                                    f"{cand.impl.name[:40]}")
             hit = store.get_measurement(sig, cand.impl.name, hw, sw)
             if hit is not None:
                 out.by_signature[sig] = Measurement(hit.median_s, hit.spread_s, hit.samples, hit.error)
@@ -79,6 +85,10 @@ def _measure_all(
                                       spread_s=m.spread_s, samples=m.samples, error=m.error)
                 out.by_signature[sig] = m
                 out.measured += 1
+            if sig in out.by_signature and not opts.allow_nonstrict_nan:  # and on NaN/Inf inputs
+                out.by_signature[sig] = checked(
+                    registry, cand, sig, out.by_signature[sig], store, hw, sw, opts.seed,
+                    deadline=deadline)
             if bar is not None:
                 bar.update(1)
     return out

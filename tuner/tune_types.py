@@ -41,6 +41,9 @@ class TuneOptions:
     seed: int = 0
     progress: bool = True
     optimize_time_limit_s: float = 10.0
+    #: let candidates and plans differ from the reference on NaN/Inf inputs (skips the checks
+    #: of :mod:`tuner.nonfinite`); the plan key's objective then ends in ``+nonstrict-nan``
+    allow_nonstrict_nan: bool = False
 
 
 @dataclass
@@ -100,17 +103,22 @@ class TuneResult:
             lines.append(f"the machine was busy while tuning (other processes took {share:.0%} of its "
                          "CPU time): the measurements, and so the plan, may not hold on a quiet "
                          "machine; re-tune when it is quiet")
+        if s.get("threading"):
+            lines.append(f"threads: measured, validated and run with {s['threading']}")
+        if s.get("threading_differs"):
+            lines.append("this process's own BLAS/OpenMP settings differ from those the plan was "
+                         "tuned and runs with: " + "; ".join(s["threading_differs"]))
         if s.get("noisy_plans"):
             lines.append(f"unsteady timings (spread above {NOISY_SPREAD:.0%} of the median): "
                          f"{', '.join(s['noisy_plans'])}")
-        if s.get("winner_note"):
-            lines.append(f"winner: {s['winner_note']}")
-        lines.append("validated plans (end to end, median of runs):")
-        for pc in self.validated:
-            what = pc.error or f"{pc.latency_ms:.2f} ms (spread {pc.spread_ms:.2f}), peak {pc.peak_bytes / 1e6:.1f} MB"
-            mark = "*" if pc.plan is self.plan else " "
-            predicted = "       -   " if pc.predicted_s is None else f"{pc.predicted_s * 1e3:8.2f} ms"
-            lines.append(f" {mark} {pc.label:<28} predicted {predicted}   {what}")
+        if s.get("nonfinite"):
+            lines.append(f"NaN/Inf: {s['nonfinite']}")
+        from tuner.validation_table import validation_lines
+
+        winner = next((pc for pc in self.validated if pc.plan is self.plan), None)
+        if winner is not None:
+            lines += validation_lines(self.validated, winner, self.key.objective,
+                                      s.get("winner_note") or "")
         used = ", ".join(f"{b}: {n}" for b, n in self.plan.backends_used().items())
         lines.append(f"winner runs {used}; {len(self.plan.conversions)} conversion(s); tuning took {s['tuning_s']:.1f} s")
         return "\n".join(lines)

@@ -9,16 +9,19 @@ from __future__ import annotations
 
 import gc
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
 from dispatch.executor import Executor
 from dispatch.graph import Graph
 from dispatch.registry import Registry
+from tuner.index_bounds import index_bounds
 from tuner.measure import MODEL_TOLERANCE, check_outputs, random_input
 from tuner.tune_types import PlanCandidate, TuneOptions, TuningError
 
+#: the longest validation goes without saying what it does (through ``say``), in seconds
+PROGRESS_EVERY_S = 2.0
 #: the label of the untuned plan among the validated ones
 UNTUNED = "untuned (heuristic)"
 #: what a plan that the budget left no time to validate says in place of an error
@@ -27,7 +30,8 @@ BUDGET_SKIP = "not validated: tuning budget spent"
 
 def _random_feeds(graph: Graph, seed: int) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
-    return {v.name: random_input(v, rng) for v in graph.inputs}
+    bounds = index_bounds(graph.nodes)
+    return {v.name: random_input(v, rng, bounds.get(v.name)) for v in graph.inputs}
 
 
 def _validate(
@@ -39,6 +43,7 @@ def _validate(
     runs: int,
     deadline: float,
     grace_s: float = 0.0,
+    say: Callable[[str], None] | None = None,
 ) -> None:
     """Run every plan end to end: its outputs must match the reference plan's; then time the
     valid ones interleaved, one untimed and one timed run of each per round, so that machine
@@ -50,9 +55,15 @@ def _validate(
     plan always are, the others get :data:`BUDGET_SKIP` as their error. At least ``runs``
     rounds (down to 3 past the deadline, and to 1 when another round would end past
     ``deadline + grace_s``), then rounds until the 95% confidence intervals of the medians
-    stop overlapping or the deadline passes."""
+    stop overlapping or the deadline passes. ``say`` hears what is being done, at least every
+    :data:`PROGRESS_EVERY_S` seconds."""
+    tell = say or (lambda _msg: None)
+    left = max(0.0, deadline - time.monotonic())
+    tell(f"validating {len(plans)} plan(s) end to end against the reference ({left:.0f} s of "
+         f"the budget left)")
     ready: list[tuple[PlanCandidate, Executor]] = []
     for k, pc in enumerate(plans):
+        tell(f"  [{k + 1}/{len(plans)}] checking {pc.label}")
         # checking and warming a plan up takes two runs, timing it at least two more: a plan
         # predicted not to fit in what is left is not started
         need = 4 * pc.predicted_s if pc.predicted_s is not None else 0.0
@@ -76,6 +87,8 @@ def _validate(
         return
     times: list[list[float]] = [[] for _ in ready]
     rounds = 0
+    tell(f"timing {len(ready)} valid plan(s), interleaved, until their medians separate")
+    last_said = time.monotonic()
     while True:
         for k, (_, ex) in enumerate(ready):
             ex.run(feeds)  # untimed: absorbs what the previous plan left behind (caches, other
@@ -85,6 +98,12 @@ def _validate(
             times[k].append(time.perf_counter() - t0)
         rounds += 1
         now = time.monotonic()
+        if now - last_said >= PROGRESS_EVERY_S:
+            best = min(range(len(ready)), key=lambda j: float(np.median(times[j])))
+            tell(f"  round {rounds}: fastest so far {ready[best][0].label} "
+                 f"({float(np.median(times[best])) * 1e3:.2f} ms median), "
+                 f"{max(0.0, deadline - now):.0f} s of the budget left")
+            last_said = now
         round_s = 2 * sum(t[-1] for t in times)  # one untimed and one timed run of each
         if rounds >= 3 * max(1, runs) or (now > deadline and rounds >= 3):
             break
@@ -92,6 +111,7 @@ def _validate(
             break  # another round would overrun the budget
         if rounds >= max(1, runs) and (now > deadline or _separated(times)):
             break
+    tell(f"timed {len(ready)} plan(s) in {rounds} round(s)")
     for (pc, _), t in zip(ready, times):
         q1, med, q3 = np.percentile(t, [25, 50, 75])
         pc.latency_ms, pc.spread_ms = float(med * 1e3), float((q3 - q1) * 1e3)

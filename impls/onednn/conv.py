@@ -5,8 +5,9 @@ descriptor is created with ``format_tag::any`` for the weights, and for src/dst 
 and declares the matching layouts (see impls/onednn/layouts.py), so a plan reorders tensors
 exactly as oneDNN wants them and constant weights once, when it is built:
 
-- ``Conv.onednn.any``: src, weights and dst all ``any`` — oneDNN's own choice (on AVX-512
-  with oneDNN 2.6: nhwc activations and ``Acdb64a``-style weights; on AVX2: ``nchw8c``);
+- ``Conv.onednn.any``: src, weights and dst all ``any`` — oneDNN's own choice (oneDNN 3.x's
+  brgemm convolutions: nhwc activations with ``Acdb{32,48,64}a``-style weights on AVX-512 and
+  ``Acdb24a`` / ``Abcd16a`` on AVX2; oneDNN 2.6 on AVX2: ``nchw8c``);
 - ``Conv.onednn.nhwc`` / ``Conv.onednn.nchw16c``: src and dst pinned to one layout (weights
   still ``any``), offered where oneDNN's own choice differs, so the optimiser can keep a
   tensor in the layout its neighbours (e.g. the native kernels) use. A pinned variant that

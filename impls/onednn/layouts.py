@@ -16,13 +16,15 @@ when it is not, this backend registers them itself with oneDNN reorders. ``aBcd4
 oneDNN picks for some grouped convolutions, has no native twin: ``dnnl:aBcd4b``.
 
 Weights. Conv weights ``(M, C/group, KH, KW)`` in the formats oneDNN 2.x/3.x picks for f32
-on x86 (AVX-512 brgconv: ``Acdb{16,32,48,64}a``, ``Abcd16a``; AVX2/SSE4.1 jit:
-``Acdb8a``, ``ABcd8b8a``, ``Abcd8a``; jit AVX-512: ``ABcd16b16a``; gemm: ``acdb``, ``cdba``,
-``bcda``): ``dnnl:{tag}``. Depthwise weights use oneDNN's 5-D grouped view, one output
-channel per group: the weight ``(M, C/g, KH, KW)`` of a convolution with ``group == M`` is the
-tensor ``(M, 1, C/g, KH, KW)`` in a 5-letter tag (``dnnl:decbA16a``, ``dnnl:Abcde16a``,
+on x86 (AVX-512 brgconv: ``Acdb{16,32,48,64}a``, ``Abcd16a``; AVX2 brgconv, oneDNN 3.x only:
+``Acdb24a``, ``Abcd16a``; AVX2/SSE4.1 jit: ``Acdb8a``, ``ABcd8b8a``, ``Abcd8a``; jit AVX-512:
+``ABcd16b16a``; gemm: ``acdb``, ``cdba``, ``bcda``): ``dnnl:{tag}``. Depthwise weights use
+oneDNN's 5-D grouped view, one output channel per group: the weight ``(M, C/g, KH, KW)`` of a
+convolution with ``group == M`` is the tensor ``(M, 1, C/g, KH, KW)`` in a 5-letter tag
+(``dnnl:decbA16a``, ``dnnl:decbA8a`` (AVX2 brdgmm, 3.x only), ``dnnl:Abcde16a``,
 ``dnnl:Abcde8a``, ``dnnl:decab``). Other grouped weights stay in ``std`` and are reordered when
-the plan is built. Matmul weights ``(K, N)`` (``BA16a{16,32,48,64}b`` and the like, see
+the plan is built. Formats that the oneDNN the module was built against cannot name
+(:data:`ONLY_3X` under 2.x) are not registered. Matmul weights ``(K, N)`` (``BA16a{16,32,48,64}b`` and the like, see
 impls/onednn/gemm.py) are ``dnnl:{tag}`` over the ONNX tensor's own dims.
 
 A plan converts constant weights to these layouts once, when it is built (``at_build``).
@@ -60,11 +62,13 @@ NATIVE_BACKEND = "native"
 
 #: Conv weight formats over (M, C, KH, KW) (group 1).
 CONV_WEIGHTS = (
-    "Acdb8a", "Acdb16a", "Acdb32a", "Acdb48a", "Acdb64a", "Abcd8a", "Abcd16a",
+    "Acdb8a", "Acdb16a", "Acdb24a", "Acdb32a", "Acdb48a", "Acdb64a", "Abcd8a", "Abcd16a",
     "ABcd8b8a", "ABcd16b16a", "acdb", "cdba", "bcda",
 )
 #: Depthwise weight formats over the grouped view (M, 1, C/g, KH, KW).
-DEPTHWISE_WEIGHTS = ("Abcde8a", "Abcde16a", "decbA16a", "decab")
+DEPTHWISE_WEIGHTS = ("Abcde8a", "Abcde16a", "decbA8a", "decbA16a", "decab")
+#: The formats above that only oneDNN 3.x names (AVX2 brgemm convolutions).
+ONLY_3X = frozenset({"Acdb24a", "decbA8a"})
 #: Matmul weight formats over the (K, N) (or (N, K) with transB) ONNX tensor.
 MATMUL_WEIGHTS = (
     "ba", "AB16b16a", "AB16b32a", "AB16b64a", "BA16a16b", "BA16a32b", "BA16a48b", "BA16a64b",
@@ -148,6 +152,7 @@ def register_layouts(registry: Registry) -> None:
     """Add the activation layouts oneDNN shares with the native backend (unless the native
     backend brings them), ``dnnl:aBcd4b``, and the weight formats."""
     layouts = registry.layouts
+    known = set(onednn().known_tags())
     if not _native_pending(registry):
         for tag, name in ACTIVATIONS.items():
             if name in SHARED and name not in layouts.layouts:
@@ -161,10 +166,12 @@ def register_layouts(registry: Registry) -> None:
     _add(layouts, "aBcd4b", 4, "oneDNN aBcd4b activations: channels blocked by 4, zero-padded "
                                "(N, C/4, H, W, 4)")
     for tag in CONV_WEIGHTS:
-        _add(layouts, tag, 4, f"oneDNN conv weight (M, C, KH, KW) in {tag}")
+        if tag in known:
+            _add(layouts, tag, 4, f"oneDNN conv weight (M, C, KH, KW) in {tag}")
     for tag in DEPTHWISE_WEIGHTS:
-        _add(layouts, tag, 4, f"oneDNN depthwise conv weight (M, C/g, KH, KW), group == M, as the "
-                              f"grouped view (M, 1, C/g, KH, KW) in {tag}")
+        if tag in known:
+            _add(layouts, tag, 4, f"oneDNN depthwise conv weight (M, C/g, KH, KW), group == M, "
+                                  f"as the grouped view (M, 1, C/g, KH, KW) in {tag}")
     for tag in MATMUL_WEIGHTS:
         _add(layouts, tag, 2, f"oneDNN matmul weight (2-D) in {tag}")
 

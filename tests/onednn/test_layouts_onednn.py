@@ -106,9 +106,34 @@ def test_matmul_weight_names_swap_with_the_transpose():
 
 
 def test_every_declared_tag_is_known_to_the_module():
+    """Every declared format is one the module names (oneDNN 3.x: all of them; 2.x: all but
+    the 3.x-only ones, which are then not registered)."""
     known = set(onednn().known_tags())
+    only_3x = set() if onednn().dnnl_version()[0] >= 3 else set(lay.ONLY_3X)
     for tags in (lay.ACTIVATIONS, lay.CONV_WEIGHTS, lay.DEPTHWISE_WEIGHTS, lay.MATMUL_WEIGHTS):
-        assert set(tags) <= known, set(tags) - known
+        assert set(tags) - only_3x <= known, set(tags) - only_3x - known
+    registered = set(registry().layouts.layouts)
+    for tag in only_3x:
+        assert lay.layout_name(tag) not in registered
+
+
+def test_the_avx2_brgemm_weight_formats_of_onednn_3_round_trip():
+    """oneDNN 3.x's AVX2 brgconv weights (Acdb24a: out channels blocked by 24, zero-padded) and
+    brdgmm depthwise weights (decbA8a over the grouped view) through their registered layouts."""
+    if onednn().dnnl_version()[0] < 3:
+        pytest.skip("oneDNN 2.x has no Acdb24a / decbA8a")
+    reg = registry()
+    rng = np.random.default_rng(11)
+    for name, shape in (("dnnl:Acdb24a", (50, 7, 3, 3)), ("dnnl:decbA8a", (13, 1, 3, 3))):
+        w = rng.standard_normal(shape).astype(np.float32)
+        (to,) = reg.layouts.path("std", name, w.shape, np.float32)
+        (back,) = reg.layouts.path(name, "std", w.shape, np.float32)
+        phys = to(w, w.shape)
+        assert phys.shape == reg.layouts.layout(name).physical_shape(w.shape)
+        np.testing.assert_array_equal(back(phys, w.shape), w)
+    phys = reg.layouts.path("std", "dnnl:Acdb24a", (50, 7, 3, 3), np.float32)[0](
+        rng.standard_normal((50, 7, 3, 3)).astype(np.float32), (50, 7, 3, 3))
+    assert phys.shape == (3, 3, 3, 7, 24)  # M 50 padded to 72 = 3 x 24, then KH, KW, C
 
 
 @pytest.mark.parametrize(

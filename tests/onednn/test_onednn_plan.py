@@ -5,6 +5,7 @@ converter between them."""
 
 from __future__ import annotations
 
+import os
 import re
 
 import numpy as np
@@ -17,6 +18,7 @@ from impls.onednn import _module
 from impls.onednn.backend import OneDnnBackend
 from tests.builders import small_cnn
 from tests.onednn.support import registry
+from tuner.fingerprint import PlanKey, software_fingerprint
 
 
 def _x(shape, seed=0):
@@ -38,7 +40,7 @@ def test_missing_module_gives_the_reason(monkeypatch):
     reason = OneDnnBackend().availability()
     assert reason is not None
     assert "oneDNN was not found at build time" in reason
-    assert "apt-get install libdnnl-dev" in reason
+    assert "onednn-devel-cpu-gomp" in reason and "apt-get install libdnnl-dev" in reason
 
 
 def test_broken_module_gives_the_reason(monkeypatch):
@@ -50,6 +52,67 @@ def test_broken_module_gives_the_reason(monkeypatch):
     monkeypatch.setattr(_module.importlib, "import_module", fail)
     reason = OneDnnBackend().availability()
     assert "does not load" in reason and "libdnnl.so.2" in reason
+    assert "pip install onednn-cpu-gomp" in reason
+
+
+def test_the_library_is_loaded_from_the_runtime_distribution_when_the_rpath_misses(monkeypatch):
+    """An install whose RPATH does not reach libdnnl.so.3 (e.g. pip --target): the library is
+    loaded from the installed onednn-cpu-gomp and the import retried."""
+    calls = []
+    real = _module.importlib.import_module
+
+    def first_fails(name):
+        calls.append(name)
+        if len(calls) == 1:
+            raise ImportError("libdnnl.so.3: cannot open shared object file")
+        return real(name)
+
+    monkeypatch.setattr(_module, "_module", None)
+    monkeypatch.setattr(_module, "_error", None)
+    monkeypatch.setattr(_module.importlib, "import_module", first_fails)
+    loaded = []
+    monkeypatch.setattr(_module, "preload_runtime", lambda: loaded.append(1) or "libdnnl.so.3")
+    assert _module.load() is not None and _module.error() is None
+    assert calls == [_module.MODULE, _module.MODULE] and loaded == [1]
+
+
+def test_software_fingerprint_has_the_onednn_version_and_invalidates_other_versions():
+    """The oneDNN version loaded at run time is in the software fingerprint: a plan tuned with
+    oneDNN 2.6 is not used under 3.x, and the reason names both versions."""
+    reg = registry()
+    sw = software_fingerprint(reg)
+    version = sw["backends"]["onednn"]
+    major, minor, patch, _ = _module.onednn().dnnl_version()
+    assert version.startswith(f"oneDNN {major}.{minor}.{patch} (build "), version
+    old = {**sw, "backends": {**sw["backends"], "onednn": "oneDNN 2.6.3 (build 0123456789abcdef)"}}
+
+    def key(software):
+        return PlanKey(model="m", inputs="i", hardware={"threads": 1}, software=software,
+                       objective="latency")
+
+    assert key(old).digest() != key(sw).digest()
+    assert key(old).explain_difference(key(sw)) == [
+        f"onednn: oneDNN 2.6.3 (build 0123456789abcdef) -> {version}"]
+
+
+def _mapped_libdnnl() -> list[str]:
+    with open("/proc/self/maps") as f:
+        return sorted({line.split()[-1] for line in f if "libdnnl.so" in line})
+
+
+@pytest.mark.skipif(os.environ.get("OPDISPATCH_EXPECT_ONEDNN") != "pypi",
+                    reason="OPDISPATCH_EXPECT_ONEDNN=pypi (set by .ci/run) checks the pip install")
+def test_a_pip_install_runs_onednn_3_from_pypi():
+    """What every pip user gets (.ci/run sets OPDISPATCH_EXPECT_ONEDNN=pypi): oneDNN 3.x, the
+    libdnnl.so.3 of the installed onednn-cpu-gomp, no other libdnnl in the process."""
+    from importlib import metadata
+
+    assert _module.onednn().dnnl_version()[0] == 3
+    dist = metadata.distribution(_module.RUNTIME_DISTRIBUTION)
+    shipped = {os.path.realpath(str(dist.locate_file(f))) for f in dist.files or ()
+               if f.name.startswith("libdnnl.so")}
+    mapped = _mapped_libdnnl()
+    assert mapped and {os.path.realpath(p) for p in mapped} <= shipped, (mapped, shipped)
 
 
 def test_configure_sets_threads():

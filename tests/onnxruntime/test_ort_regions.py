@@ -216,7 +216,7 @@ def test_a_plan_with_settings_round_trips_through_json_and_the_store(reg, tmp_pa
     rep = build_report(sess)
     nodes = rep.table[rep.table["kind"] == "node"]
     assert set(nodes["settings"]) == {"graph_optimization_level=extended"}
-    assert "graph_optimization_level=extended" in rep.render("text")
+    assert "graph_optimization_level=extended" in rep.render("text", wide=True)
     assert "graph_optimization_level=extended" in rep.render("html")
 
     older = dict(key.software, backends=dict(key.software["backends"], onnxruntime="onnxruntime 0.1"))

@@ -111,7 +111,13 @@ def test_tune_then_session_runs_the_plugin_implementation(example_registry, tmp_
     store = tmp_path / "plans.sqlite"
     result = tune(model, store=store, registry=example_registry,
                   options=TuneOptions(budget_s=30, progress=False, validate_runs=5))
-    assert result.stats["wrong"] == 0
+    # no FastGelu candidate is wrong (oneDNN's and OpenVINO's Relu are: Relu(NaN) = 0, found by
+    # the tuner's non-finite check)
+    import sqlite3
+
+    with sqlite3.connect(store) as con:
+        wrong = [c for (c,) in con.execute("SELECT candidate FROM measurements WHERE error IS NOT NULL")]
+    assert not [c for c in wrong if c.startswith("FastGelu.")], wrong
     gelu_step = next(s for s in result.plan.steps if "gelu" in s.nodes)
     # the float32 kernel beats the float64 reference by a wide margin on 16k elements
     assert gelu_step.impl.startswith("FastGelu.example."), result.summary()

@@ -184,10 +184,17 @@ class Tolerance:
     any_where_nan: bool = False
     #: any value is accepted where the reference is +-inf or NaN
     any_where_nonfinite: bool = False
+    #: +-inf is accepted where the reference is finite but of magnitude >= HUGE (a kernel whose
+    #: intermediate, x * x or x**3, overflows where the reference's formula does not)
+    inf_where_huge: bool = False
     #: the output is not compared at all (a library that flushes denormal operands to zero:
     #: booleans of comparisons and quotients by denormals differ wholesale); only that it runs
     #: and gives the reference's shape and dtype is checked
     not_compared: bool = False
+
+
+#: the magnitude from which :attr:`Tolerance.inf_where_huge` accepts an infinite output
+HUGE = 1e37
 
 
 def compare(out: np.ndarray, ref: np.ndarray, tol: Tolerance) -> str | None:
@@ -212,6 +219,8 @@ def compare(out: np.ndarray, ref: np.ndarray, tol: Tolerance) -> str | None:
         keep &= ~(np.isinf(r) & np.isnan(o))
     if tol.nan_anywhere:
         keep &= ~np.isnan(o)
+    if tol.inf_where_huge:
+        keep &= ~(np.isinf(o) & np.isfinite(r) & (np.abs(r) >= HUGE) & (np.sign(o) == np.sign(r)))
     o, r = o[keep], r[keep]
     for what, mask_r, mask_o in (
         ("NaN", np.isnan(r), np.isnan(o)),

@@ -106,7 +106,9 @@ def test_explain_lists_every_candidate(small):
     expected = explain_node(rep, "Conv_1")
     assert expected.iloc[0]["verdict"] == "chosen"
     assert expected.iloc[0]["impl"] == small.result.plan.step_for("Conv_1").impl
-    out = ok(cli("explain", str(small.model), "--store", str(small.store), "--node", "Conv_1"))
+    # --details: every candidate on a line of its own (by default the best few, the rest counted)
+    out = ok(cli("explain", str(small.model), "--store", str(small.store), "--node", "Conv_1",
+                 "--details"))
     assert f"{len(expected)} candidate(s)" in out
     for r in expected.itertuples():
         line = next(ln for ln in out.splitlines()

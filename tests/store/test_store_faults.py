@@ -38,6 +38,7 @@ from tuner.store import (
     StoreRecoveredWarning,
     move_aside,
 )
+from tuner.store.measurements import VERDICT_PREFIX
 from tuner.tune import TuneOptions, tune
 
 REPO = Path(__file__).resolve().parents[2]
@@ -445,7 +446,10 @@ def _downgrade(tuned: Path, path: Path, version: int) -> tuple[int, int]:
             rows = src.execute(f"SELECT {', '.join(columns)} FROM {table}").fetchall()
             conn.executemany(f"INSERT INTO {table} ({', '.join(columns)}) VALUES "
                              f"({', '.join('?' * len(columns))})", rows)
-            counts.append(len(rows))
+            # the tuner's NaN/Inf verdicts share the measurements table; they are no timings
+            timings = [r for r in rows if table != "measurements"
+                       or not r[columns.index("signature")].startswith(VERDICT_PREFIX)]
+            counts.append(len(timings))
     src.close()
     conn.close()
     return counts[0], counts[1]

@@ -57,13 +57,11 @@ def positive_seconds(text: str) -> float:
 
 
 def table(rows: Sequence[Sequence[str]], max_width: int = 60) -> str:
-    widths = [min(max_width, max(len(str(r[k])) for r in rows)) for k in range(len(rows[0]))]
-    lines = []
-    for n, r in enumerate(rows):
-        lines.append("  ".join(str(c)[: widths[k]].ljust(widths[k]) for k, c in enumerate(r)).rstrip())
-        if n == 0:
-            lines.append("  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    """An aligned terminal table (first row: header), cells cut to ``max_width`` characters
+    (ending in ``…`` when cut); laid out by tabulate."""
+    from tuner.tables import aligned
+
+    return aligned(rows, max_width=max_width)
 
 
 def parse_shape(text: str) -> tuple[str, list[int]]:
@@ -137,9 +135,7 @@ def parse_input(text: str) -> tuple[str, np.ndarray]:
     name, sep, path = text.rpartition("=")
     if not sep or not name:
         raise UsageError(f"--input expects NAME=FILE.npy; received {text!r}")
-    p = Path(path)
-    if not p.is_file():
-        raise UsageError(f"--input {name}: file {path!r} does not exist")
+    p = regular_file(path, f"--input {name}: file")
     try:
         return name, np.load(p, allow_pickle=False)
     except (ValueError, OSError) as exc:
@@ -151,3 +147,45 @@ def store_path(arg: str | None) -> str:
     from dispatch.config import Config
 
     return str(Path(Config.load({"store_path": arg}).store_path).expanduser())
+
+
+def regular_file(path: str | Path, what: str) -> Path:
+    """``path`` when it is a regular file; else :class:`UsageError` saying what is there (a
+    FIFO is refused before anything opens it: opening one blocks until a writer comes)."""
+    import os
+    import stat
+
+    p = Path(path)
+    try:
+        st = os.stat(p)
+    except FileNotFoundError:
+        raise UsageError(f"{what} {str(p)!r} does not exist") from None
+    except OSError as exc:
+        raise UsageError(f"{what} {str(p)!r} cannot be reached: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(st.st_mode):
+        kind = ("a folder" if stat.S_ISDIR(st.st_mode) else "a FIFO (named pipe)"
+                if stat.S_ISFIFO(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode)
+                else "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)
+                else "not a regular file")
+        raise UsageError(f"{what} {str(p)!r} is {kind}, not a regular file")
+    return p
+
+
+def read_json(path: str | Path, what: str) -> object:
+    """The JSON data in the regular file ``path``; :class:`UsageError` naming the file and
+    ``what`` it should be (``plan bundle``) when it cannot be read or is not JSON (malformed,
+    not UTF-8, nested too deeply for Python to read, an integer too long to convert)."""
+    import json
+
+    p = regular_file(path, f"the {what}")
+    try:
+        return json.loads(p.read_bytes())
+    except RecursionError:
+        raise UsageError(f"{str(p)!r} is not a JSON {what}: it is nested too deeply to "
+                         f"read") from None
+    except MemoryError:
+        raise UsageError(f"{str(p)!r} is too large to read") from None
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, an integer too long
+        detail = str(exc).splitlines()[0][:120]
+        raise UsageError(f"{str(p)!r} is not a JSON {what} ({detail})") from None
+

@@ -23,6 +23,7 @@ from tuner.cli.args import (
     EXIT_INTERNAL_ERROR,
     EXIT_USER_ERROR,
     UsageError,
+    non_negative_int,
     parse_input,
     parse_shape,
     parse_shape_sets,
@@ -129,7 +130,7 @@ def cmd_config(args: argparse.Namespace) -> int:
 
     cfg = Config.load()
     print(table([("setting", "value", "source", "meaning"), *cfg.rows()], max_width=70))
-    print(f"\nconfig file: {cfg.config_file or '(none found)'}")
+    print(f"\nconfig file: {cfg.config_file or cfg.config_note or '(none found)'}")
     return 0
 
 
@@ -167,23 +168,30 @@ def cmd_run(args: argparse.Namespace) -> int:
                 f"--shape {inp.name}=" + "x".join(str(d) if isinstance(d, int) else "N" for d in inp.shape)
                 + f" (or its values with --input {inp.name}=FILE.npy)")
         feeds[inp.name] = given.pop(inp.name) if inp.name in given else _random_feed(shape, inp.dtype, rng)
+    from tuner.cli import bench
+
     before = sess.load_seconds
-    sess.run(None, feeds)  # warm-up (plans a session whose shapes the feeds decide)
+    sess.run(None, feeds)  # first run (plans a session whose shapes the feeds decide)
     load_s += sess.load_seconds - before
-    times = []
-    outputs: list[np.ndarray] = []
-    for _ in range(args.repeat):
-        t = time.perf_counter()
-        outputs = sess.run(None, feeds)
-        times.append(time.perf_counter() - t)
-    print(sess.describe())
-    print()
+    times, outputs = bench.timed_runs(lambda: sess.run(None, feeds), runs=args.runs,
+                                      duration_s=args.duration, warmup=max(0, args.warmup - 1))
+    human = sys.stderr if args.json == "-" else sys.stdout  # stdout is the JSON's then
+    print(sess.describe(), file=human)
+    print(file=human)
     for info, arr in zip(sess.get_outputs(), outputs):
-        print(f"output {info.name}: shape {list(arr.shape)} {arr.dtype}  mean {float(np.mean(arr)) if arr.size else 0:.6g}")
-    med = float(np.median(times)) * 1e3
+        print(f"output {info.name}: shape {list(arr.shape)} {arr.dtype}  mean "
+              f"{float(np.mean(arr)) if arr.size else 0:.6g}", file=human)
+    stats = bench.stats(times, bench.batch_of(feeds))
     stages = ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in sess.startup.items())
-    print(f"\nload+plan {load_s * 1e3:.1f} ms ({stages}); run median {med:.2f} ms over "
-          f"{len(times)} run(s) (min {min(times) * 1e3:.2f} ms)")
+    print(f"\nload+plan {load_s * 1e3:.1f} ms ({stages}); run median {stats['median_ms']:.2f} ms "
+          f"over {stats['runs']} run(s)", file=human)
+    print(bench.stats_text(stats, max(1, args.warmup)), file=human)
+    if args.json:
+        bench.write_json(args.json, bench.results(
+            args.model, sess, stats, times, warmup=max(1, args.warmup), runs=args.runs,
+            duration_s=args.duration, load_ms=load_s * 1e3, feeds=feeds))
+        if args.json != "-":
+            print(f"results written to {args.json}")
     if args.output:
         out = Path(args.output)
         out.mkdir(parents=True, exist_ok=True)
@@ -220,15 +228,18 @@ def cmd_tune(args: argparse.Namespace) -> int:
         top_k=args.top_k if args.top_k is not None else config.tune_top_k,
         backends=backends,
         progress=not args.no_progress,
+        allow_nonstrict_nan=args.allow_nonstrict_nan,
     )
     from dispatch.backend import load_registry
 
     registry = load_registry(config.plugin_path or None, order=config.backend_order)
     _warn_broken_plugins(registry)
     several = len(shape_sets) > 1
+    from tuner.tune import objective_key
+
     print(f"tuning {args.model} (budget {budget:.0f} s"
           + (f", {opts.budget_s:.0f} s for each of {len(shape_sets)} input shapes" if several else "")
-          + f", objective {opts.objective}, store {config.store_path})", flush=True)
+          + f", objective {objective_key(opts)}, store {config.store_path})", flush=True)
     failed = []
     for k, shapes in enumerate(shape_sets):
         if several:
@@ -264,6 +275,9 @@ def build_parser() -> argparse.ArgumentParser:
     from tuner.cli.reports import add_parsers as add_report_parsers
 
     p = argparse.ArgumentParser(prog="opdispatch", description="Tuning-driven operator dispatcher for ONNX models.")
+    from dispatch import __version__
+
+    p.add_argument("--version", action="version", version=f"opdispatch {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
     b = sub.add_parser("backends", help="list backends, their availability, layouts and implementations")
@@ -286,7 +300,18 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--shape", action="append", metavar="NAME=1x3x224x224", help="static shape for an input")
     r.add_argument("--output", metavar="DIR", help="write outputs (.npy) and the plan (JSON) here")
     r.add_argument("--backends", help="allowed backends in priority order, e.g. native,numpy")
-    r.add_argument("--repeat", type=positive_int, default=5, help="timed runs after one warm-up (default 5)")
+    r.add_argument("--runs", "--repeat", dest="runs", type=positive_int, default=None, metavar="N",
+                   help="timed runs (default 5 unless --duration; with --duration: at least N)")
+    r.add_argument("--duration", type=positive_seconds, default=None, metavar="SECONDS",
+                   help="time runs until this many seconds have passed (with --runs: until both "
+                        "are reached)")
+    r.add_argument("--warmup", type=non_negative_int, default=1, metavar="N",
+                   help="untimed runs first (default 1; at least one is made: the first run "
+                        "also plans)")
+    r.add_argument("--json", metavar="FILE", default=None,
+                   help="write the statistics (mean, median, p90, p95, p99, min, max, "
+                        "throughput), every timed run, the plan's source and the inputs as JSON "
+                        "('-' for stdout)")
     r.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     r.add_argument("--store", default=None, help="plan store to take a tuned plan from (default: configured)")
     r.add_argument("--objective", default="latency", help="objective of the stored plan to use")
@@ -311,6 +336,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "range (NAME=1x16:128:16) to tune several shapes in one run, each in an "
                         "equal share of the budget; inputs sharing symbolic dimensions with "
                         "the ones given are sized from them")
+    t.add_argument("--allow-nonstrict-nan", action="store_true",
+                   help="let the plan differ from the reference on NaN/Inf inputs (e.g. oneDNN's "
+                        "Relu(NaN) = 0); by default every candidate and plan must put NaN and "
+                        "Inf where the reference does. The plan is stored under the objective "
+                        "OBJECTIVE+nonstrict-nan: run it with --objective latency+nonstrict-nan")
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
     t.set_defaults(fn=cmd_tune)
 

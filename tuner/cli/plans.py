@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dispatch.errors import OpDispatchError
-from tuner.cli.args import parse_shape, store_path, table
+from tuner.cli.args import parse_shape, read_json, store_path, table
 
 if TYPE_CHECKING:
     from dispatch.registry import Registry
@@ -42,7 +43,14 @@ def _open(arg: str | None, *, readonly: bool) -> PlanStore:
     from tuner.store import PlanStore
 
     path = store_path(arg)
-    if not Path(path).is_file():
+    try:
+        os.stat(path)
+        missing = False
+    except (FileNotFoundError, NotADirectoryError):
+        missing = True
+    except OSError:  # unreachable: opening it says why
+        missing = False
+    if missing:
         raise PlansUsageError(
             f"no plan store at {path} (tune a model with `opdispatch tune MODEL --store {path}` "
             f"or import a bundle with `opdispatch plans import BUNDLE --store {path}`)"
@@ -168,17 +176,18 @@ def cmd_show(args: argparse.Namespace) -> int:
                                        f"{run.started_at}"))
         if "imported_at" in p.notes:
             rows.append(("imported", str(p.notes["imported_at"])))
+        backends = sw.get("backends")
         rows += [
             ("hardware", f"{hw.get('cpu_model') or '?'} ({hw.get('arch')}), "
-                         f"{hw.get('threads')} thread(s), ISA {','.join(hw.get('isa') or []) or '-'}"
-                         + (f", GPU {', '.join(hw['gpus'])}" if hw.get("gpus") else "")),
-            ("software", ", ".join(f"{v}" for v in (sw.get("backends") or {}).values())
+                         f"{hw.get('threads')} thread(s), ISA {_joined(hw.get('isa')) or '-'}"
+                         + (f", GPU {_joined(hw['gpus'])}" if hw.get("gpus") else "")),
+            ("software", ", ".join(f"{v}" for v in (backends.values() if isinstance(backends, dict) else []))
                          + f"; opdispatch {sw.get('opdispatch')}, plan format {sw.get('plan_format')}"),
             ("usable here", _here(p, registry, hardware_fingerprint())),
         ]
         prov = plan.provenance
         if prov:
-            opt = prov.get("optimizer") or {}
+            opt = prov.get("optimizer") if isinstance(prov.get("optimizer"), dict) else {}
             parts = [f"source {prov.get('source', '?')}"]
             if prov.get("tuned_at"):
                 parts.append(f"tuned {prov['tuned_at']}")
@@ -193,7 +202,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         print(f"plan {p.id}")
         for k, v in rows:
             print(f"  {k.ljust(width)}  {v}")
-        validated = prov.get("validated") or []
+        validated = [v for v in prov.get("validated") or [] if isinstance(v, dict)]
         if validated:
             print("\nvalidated end to end:")
             vrows = [("plan", "predicted ms", "latency ms", "peak bytes", "result")]
@@ -208,7 +217,19 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def _num(value: Any, fmt: str = "{:.3f}") -> str:
-    return "-" if value is None else fmt.format(value)
+    """A number of a stored plan's provenance; anything else as (short) text."""
+    if value is None:
+        return "-"
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return fmt.format(value)
+    return str(value)[:40]
+
+
+def _joined(values: Any) -> str:
+    """A list of a stored fingerprint, comma-separated; anything else as (short) text."""
+    if isinstance(values, list | tuple):
+        return ",".join(str(v) for v in values)
+    return "" if values is None else str(values)[:40]
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -244,12 +265,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     from tuner.store import PlanStore, validate_bundle
 
     src = Path(args.bundle)
-    if not src.is_file():
-        raise PlansUsageError(f"bundle {str(src)!r} does not exist")
-    try:
-        bundle = json.loads(src.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise PlansUsageError(f"{str(src)!r} is not a JSON plan bundle ({exc})") from None
+    bundle = read_json(src, "plan bundle")
     validate_bundle(bundle)  # before the store is opened (and perhaps created)
     with PlanStore(store_path(args.store)) as store:
         ids = store.import_plans(bundle)
@@ -314,14 +330,11 @@ def _plan_side(arg: str, store_arg: str | None, stores: dict[str, PlanStore]) ->
                         stored.peak_bytes)
     path, _, wanted = arg.partition("#")
     src = Path(path)
-    if not src.is_file():
+    if not src.exists():
         raise PlansUsageError(
             f"{arg!r} is neither a plan id (an integer) nor an existing file (a plan JSON, a "
             f"bundle, or BUNDLE.json#ID)")
-    try:
-        data = json.loads(src.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError, OSError) as exc:
-        raise PlansUsageError(f"{path!r} is not a JSON plan or plan bundle ({exc})") from None
+    data = read_json(src, "plan or plan bundle")
     if isinstance(data, dict) and "format" in data:
         validate_bundle(data)
         entries = data["plans"]
@@ -348,9 +361,14 @@ def _plan_side(arg: str, store_arg: str | None, stores: dict[str, PlanStore]) ->
     if not isinstance(data, dict):
         raise PlansUsageError(f"{path!r} is not a plan (a JSON object), received "
                               f"{type(data).__name__}")
-    plan = Plan.from_dict(data)
-    win = next((v for v in plan.provenance.get("validated") or []
-                if v.get("label") == plan.provenance.get("winner")), {})
+    try:
+        plan = Plan.from_dict(data)
+    except (OverflowError, RecursionError, ValueError) as exc:
+        raise PlansUsageError(f"{path!r} is not a plan ({type(exc).__name__}: "
+                              f"{str(exc)[:100]})") from None
+    validated = plan.provenance.get("validated")
+    win = next((v for v in validated if isinstance(v, dict)
+                and v.get("label") == plan.provenance.get("winner")), {}) if isinstance(validated, list) else {}
     return PlanSide(plan, src.name, None, win.get("latency_ms"), win.get("peak_bytes"))
 
 

@@ -89,7 +89,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     rep, _ = _report(args)
     if args.format == "html" and args.output is None:
         raise ReportUsageError("--format html writes a file: give -o REPORT.html")
-    _write(rep.render(args.format, rejected=args.rejected), args.output, f"{args.format} report")
+    _write(rep.render(args.format, rejected=args.rejected or args.details, details=args.details,
+                      wide=args.wide), args.output, f"{args.format} report")
     return 0
 
 
@@ -98,7 +99,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
     from tuner.report import render_explain
 
     rep, _ = _report(args)
-    _write(render_explain(rep, args.node, args.format), args.output, "explanation")
+    _write(render_explain(rep, args.node, args.format, details=args.details), args.output,
+           "explanation")
     return 0
 
 
@@ -111,7 +113,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     rep, located = _report(args)
     trace = profile_trace(located.graph, located.plan, located.registry, runs=args.runs,
                           warmup=args.warmup, seed=args.seed)
-    out = Path(args.output)
+    out = Path(args.output or f"{Path(args.model).stem}.trace.json")
     try:
         out.write_text(json.dumps(trace, allow_nan=False) + "\n", encoding="utf-8")
     except OSError as exc:
@@ -169,6 +171,12 @@ def add_parsers(sub: Any) -> None:
                                                           "(required for html)")
     q.add_argument("--rejected", action="store_true",
                    help="text format: also list every rejected candidate with its reason")
+    q.add_argument("--details", action="store_true",
+                   help="each rejected candidate with the whole alternative it stands for (every "
+                        "term of its cost), not only the one-line reason (text: implies --rejected)")
+    q.add_argument("--wide", action="store_true",
+                   help="text format: every column, nothing wrapped (default: the main columns, "
+                        "fitted to the terminal)")
     q.set_defaults(fn=cmd_report)
 
     q = sub.add_parser("explain", help="every candidate for one node, its measurements, and why "
@@ -177,13 +185,18 @@ def add_parsers(sub: Any) -> None:
     q.add_argument("--node", required=True, metavar="NAME", help="node name (see `report`)")
     q.add_argument("--format", choices=EXPLAIN_FORMATS, default="text")
     q.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
+    q.add_argument("--details", action="store_true",
+                   help="every candidate one by one, every column, with the whole alternative "
+                        "each stands for (default: the chosen one and the best few, the rest "
+                        "counted by verdict)")
     q.set_defaults(fn=cmd_explain)
 
     q = sub.add_parser("profile", help="run the plan and write a Chrome-trace / Perfetto JSON: "
                                        "one event per node step and converter, one track per "
                                        "backend")
     _plan_args(q)
-    q.add_argument("-o", "--output", required=True, metavar="TRACE.json", help="trace to write")
+    q.add_argument("-o", "--output", default=None, metavar="TRACE.json",
+                   help="trace to write (default: MODEL.trace.json in the current folder)")
     q.add_argument("--runs", type=int, default=5, help="traced runs (default 5)")
     q.add_argument("--warmup", type=non_negative_int, default=1, help="untraced runs first (default 1)")
     q.add_argument("--seed", type=int, default=0, help="seed of the random inputs")

@@ -20,6 +20,10 @@ from dispatch.registry import STANDARD
 from tuner.report.data import VERDICTS, Alternative, fmt_ms, nodes_label
 from tuner.report.sources import Sources, measured_ms, measured_spread_ms, plan_backends
 
+#: The longest rejection reason shown by default (longer ones are cut; the whole text is the
+#: alternative's ``details``).
+REASON_LIMIT = 400
+
 if TYPE_CHECKING:
     from dispatch.plan import PlanStep
     from tuner.candidates import Candidate
@@ -59,6 +63,12 @@ def rejection_text(a: Alternative) -> str:
     if a.reason.lower().startswith(a.verdict):
         return f"{a.impl} ({a.backend}): {a.reason}"
     return f"{a.impl} ({a.backend}): {a.verdict}: {a.reason}"
+
+
+def rejection_brief(a: Alternative) -> str:
+    """``impl (backend): verdict[ +delta ms]``: one rejected candidate in a table cell."""
+    delta = f" {a.delta_ms:+.4f} ms" if a.delta_ms is not None else ""
+    return f"{a.impl} ({a.backend}): {a.verdict}{delta}"
 
 
 def _verdict_of(reason: str) -> str:
@@ -162,6 +172,10 @@ class _Finder:
                     step.nodes[0], k, r.impl, r.backend, (), _verdict_of(r.reason), r.reason))
                 known_impls.add((step.nodes[0], r.impl))
         for alts in out.values():
+            for a in alts:
+                if len(a.reason) > REASON_LIMIT:  # an error message or a planner's note
+                    a.details = a.details or a.reason
+                    a.reason = a.reason[: REASON_LIMIT - 1] + "…"
             alts.sort(key=lambda a: (VERDICTS.index(a.verdict) if a.verdict in VERDICTS else 99,
                                      a.compare_ms if a.compare_ms is not None else math.inf,
                                      a.impl))
@@ -222,23 +236,48 @@ class _Finder:
         if same:
             what = ""
         else:
-            parts = [f"{fmt_ms(alt.median_ms)} ms for {nodes_label(c.nodes)}"]
-            parts += [f"{ms:.4f} ms for {n} by {impl}" for n, impl, ms in fill]
-            labels = [nodes_label(plan.steps[k].nodes) for k in steps]
-            where = ", ".join(labels) if len(labels) <= 3 else (
-                f"{', '.join(labels[:2])}, ... ({len(labels)} steps)")
-            total = f" = {fmt_ms(compare)} ms" if fill else ""
-            what = (f"{' + '.join(parts)}{total} vs {fmt_ms(plan_ms)} ms for the plan's "
-                    f"step(s) {where}: ")
+            what = self._concise(alt, c, steps, fill, times)
+            alt.details = self._details(alt, c, steps, fill, compare, plan_ms)
         if alt.delta_ms >= 0:
             alt.verdict = "slower"
-            alt.reason = f"{what}slower by {alt.delta_ms:.4f} ms ({pct:+.0f}%)"
+            alt.reason = f"slower by {alt.delta_ms:.4f} ms ({pct:+.0f}%)" + (f": {what}" if what else "")
             return
         alt.verdict = "faster alone"
         why = self._why_faster_lost(c, plan.steps[steps[0]], times[steps[0]]["median_ms"],
                                     alt.median_ms, produced) if same else None
-        alt.reason = (f"{what}faster by kernel time alone by {-alt.delta_ms:.4f} ms ({pct:+.0f}%); "
-                      + (why or self._lost_whole_plan()))
+        alt.reason = (f"faster by kernel time alone by {-alt.delta_ms:.4f} ms ({pct:+.0f}%)"
+                      + (f" ({what})" if what else "") + "; " + (why or self._lost_whole_plan()))
+
+    def _concise(self, alt: Alternative, c: Candidate, steps: Sequence[int],
+                 fill: Sequence[tuple[str, str, float]], times: list[dict[str, Any]]) -> str:
+        """What the candidate would cost against the plan's steps for the same nodes, naming
+        the plan's largest step there and the largest single-node filler: bounded in length
+        whatever the number of nodes (the whole breakdown is :attr:`Alternative.details`)."""
+        assert alt.median_ms is not None and alt.compare_ms is not None
+        plan = self.plan
+        covered = sum(len(plan.steps[k].nodes) for k in steps)
+        text = f"{fmt_ms(alt.compare_ms)} vs {fmt_ms(alt.plan_ms)} ms over {len(steps)} plan step(s)"
+        if covered != len(steps):
+            text += f" ({covered} nodes)"
+        if fill:
+            n, impl, ms = max(fill, key=lambda f: f[2])
+            text += (f"; {fmt_ms(sum(f[2] for f in fill))} ms of it fills {len(fill)} node(s), "
+                     f"most {n} by {impl} ({fmt_ms(ms)} ms)")
+        big = max(steps, key=lambda k: times[k]["median_ms"] or 0.0)
+        if len(steps) > 1:
+            text += (f"; the plan's largest: {nodes_label(plan.steps[big].nodes)} by "
+                     f"{plan.steps[big].impl} ({fmt_ms(times[big]['median_ms'])} ms)")
+        return text
+
+    def _details(self, alt: Alternative, c: Candidate, steps: Sequence[int],
+                 fill: Sequence[tuple[str, str, float]], compare: float, plan_ms: float) -> str:
+        """The whole alternative, term by term (shown on request: ``--details``)."""
+        assert alt.median_ms is not None
+        parts = [f"{fmt_ms(alt.median_ms)} ms for {nodes_label(c.nodes)}"]
+        parts += [f"{ms:.4f} ms for {n} by {impl}" for n, impl, ms in fill]
+        labels = ", ".join(nodes_label(self.plan.steps[k].nodes) for k in steps)
+        return (f"{' + '.join(parts)} = {fmt_ms(compare)} ms vs {fmt_ms(plan_ms)} ms for the "
+                f"plan's step(s) {labels}")
 
     def _lost_whole_plan(self) -> str:
         winner = (self.plan.provenance or {}).get("winner")

@@ -142,13 +142,18 @@ class Alternative:
     layouts_in: tuple[str, ...] = ()
     layouts_out: tuple[str, ...] = ()
     signature: str | None = None
+    #: the whole alternative term by term (only where the candidate is completed by other
+    #: implementations or spans several steps); shown on request
+    details: str = ""
 
-    def record(self) -> dict[str, Any]:
+    def record(self, details: bool = False) -> dict[str, Any]:
+        """The row of :attr:`ReportData.rejections` (``details``: with the whole breakdown)."""
+        extra = {"details": self.details} if details else {}
         return {
             "node": self.node, "step": self.step, "impl": self.impl, "backend": self.backend,
             "covers": nodes_label(self.covers, 4) if self.covers else "", "verdict": self.verdict,
             "median_ms": self.median_ms, "compare_ms": self.compare_ms, "plan_ms": self.plan_ms,
-            "delta_ms": self.delta_ms, "reason": self.reason,
+            "delta_ms": self.delta_ms, "reason": self.reason, **extra,
         }
 
 

@@ -43,7 +43,7 @@ def explain_node(rep: ReportData, node: str) -> pd.DataFrame:
              "layouts_in": ",".join(step.layouts_in), "layouts_out": ",".join(step.layouts_out),
              "median_ms": first["median_ms"], "spread_ms": first["spread_ms"],
              "samples": first["samples"], "measured_at": None, "verdict": "chosen",
-             "delta_ms": 0.0, "reason": step.why}]
+             "delta_ms": 0.0, "reason": step.why, "details": ""}]
     seen = {(step.impl, tuple(step.nodes))}
     for alts in rep.alternatives.values():
         for a in alts:
@@ -55,7 +55,7 @@ def explain_node(rep: ReportData, node: str) -> pd.DataFrame:
                          "layouts_in": ",".join(a.layouts_in), "layouts_out": ",".join(a.layouts_out),
                          "median_ms": a.median_ms, "spread_ms": a.spread_ms, "samples": a.samples,
                          "measured_at": a.measured_at, "verdict": a.verdict,
-                         "delta_ms": a.delta_ms, "reason": a.reason})
+                         "delta_ms": a.delta_ms, "reason": a.reason, "details": a.details})
     df = pd.DataFrame(rows)
     order = {v: i for i, v in enumerate(("chosen", *VERDICTS))}
     df["_o"] = df["verdict"].map(lambda v: order.get(v, 99))
@@ -64,9 +64,21 @@ def explain_node(rep: ReportData, node: str) -> pd.DataFrame:
     return df.reset_index(drop=True)
 
 
-def render_explain(rep: ReportData, node: str, fmt: str = "text") -> str:
-    """:func:`explain_node` as text (with the node's context), markdown, csv or json."""
+#: Candidates ``explain`` lists one by one by default (the chosen one and the best measured
+#: ones); the rest are counted by verdict (``--details``: every one, with the whole breakdown).
+EXPLAIN_SHOWN = 8
+
+
+def render_explain(rep: ReportData, node: str, fmt: str = "text", *, details: bool = False,
+                   width: int | None = None) -> str:
+    """:func:`explain_node` as text (with the node's context; fitted to ``width``, default the
+    terminal's), markdown, csv or json. By default the text and markdown list the chosen
+    candidate and the best :data:`EXPLAIN_SHOWN` others one by one and count the rest by
+    verdict; ``details``: every candidate, every column, with the whole alternative each
+    stands for."""
     df = explain_node(rep, node)
+    if not details:
+        df = df.drop(columns="details")
     if fmt == "csv":
         return df.to_csv(index=False)
     if fmt == "json":
@@ -90,16 +102,60 @@ def render_explain(rep: ReportData, node: str, fmt: str = "text") -> str:
     for c in convs.itertuples(index=False):
         head.append(f"  input conversion: {c.name} by {c.impl} ({fmt_ms(c.median_ms)} ms, {c.when} time)")
     head.append(f"  why: {step.why}")
-    rows = [["implementation", "backend", "covers", "layouts in -> out", "median ms", "spread",
-             "samples", "verdict", "delta ms", "reason"]]
-    for r in df.itertuples(index=False):
-        rows.append([r.impl, r.backend, r.covers, f"{r.layouts_in or '-'} -> {r.layouts_out or '-'}",
-                     fmt_ms(r.median_ms), fmt_ms(r.spread_ms),
-                     "-" if r.samples is pd.NA else str(r.samples), r.verdict,
-                     fmt_delta(r.delta_ms), r.reason])
+    shown, rest = df, df.iloc[0:0]
+    if not details and len(df) > EXPLAIN_SHOWN + 1:
+        shown, rest = df.iloc[: EXPLAIN_SHOWN + 1], df.iloc[EXPLAIN_SHOWN + 1:]
+    if details:
+        rows = [["implementation", "backend", "covers", "layouts in -> out", "median ms", "spread",
+                 "samples", "verdict", "delta ms", "reason", "details"]]
+        numeric: tuple[int, ...] = (4, 5, 6, 8)
+        for r in shown.itertuples(index=False):
+            rows.append([r.impl, r.backend, r.covers,
+                         f"{r.layouts_in or '-'} -> {r.layouts_out or '-'}", fmt_ms(r.median_ms),
+                         fmt_ms(r.spread_ms), "-" if r.samples is pd.NA else str(r.samples),
+                         r.verdict, fmt_delta(r.delta_ms), r.reason, r.details or "-"])
+    else:
+        rows = [["implementation", "backend", "covers", "median ms", "verdict", "delta ms",
+                 "reason"]]
+        numeric = (3, 5)
+        for r in shown.itertuples(index=False):
+            rows.append([r.impl, r.backend, r.covers, fmt_ms(r.median_ms), r.verdict,
+                         fmt_delta(r.delta_ms), r.reason])
+    more = []
+    if len(rest):
+        for verdict, group in rest.groupby("verdict", sort=False):
+            impls = list(dict.fromkeys(group["impl"]))
+            names = ", ".join(impls[:3]) + (", ..." if len(impls) > 3 else "")
+            more.append(f"  + {len(group)} more {verdict}: {names}")
+        more.append("  (--details lists every candidate with its reason and measurements)")
     if fmt == "markdown":
-        return "\n".join(f"- {h.strip()}" for h in head) + "\n\n" + markdown_table(rows, (4, 5, 6, 8)) + "\n"
+        return ("\n".join(f"- {h.strip()}" for h in head) + "\n\n" + markdown_table(rows, numeric)
+                + "\n" + "".join(f"\n- {m.strip()}" for m in more) + ("\n" if more else ""))
     if fmt != "text":
         raise ReportError(f"unknown explain format {fmt!r}; expected text, markdown, csv or json")
-    return "\n".join(head) + f"\n\n{len(df)} candidate(s):\n" + aligned(
-        rows, max_width=400, numeric=(4, 5, 6, 8)) + "\n"
+    count = (f"{len(df)} candidate(s)" + (f", the best {len(shown)} listed" if len(rest) else ""))
+    if details:
+        body = aligned(rows, max_width=400, numeric=numeric)
+    else:  # one line per candidate and its reason wrapped under it: fits any terminal
+        import textwrap
+
+        from tuner.report.render import terminal_width
+
+        fit = width or terminal_width()
+        lines = []
+        for r in shown.itertuples(index=False):
+            delta = f", {fmt_delta(r.delta_ms)} ms" if r.verdict != "chosen" and r.delta_ms == r.delta_ms \
+                and r.delta_ms is not None else ""
+            lines += textwrap.wrap(f"{r.verdict.upper() if r.verdict == 'chosen' else r.verdict}: "
+                                   f"{r.impl} ({r.backend}, covers {r.covers}, "
+                                   f"{fmt_ms(r.median_ms)} ms{delta})", fit,
+                                   initial_indent="  ", subsequent_indent="      ",
+                                   break_long_words=False, break_on_hyphens=False)
+            lines += textwrap.wrap(r.reason, fit, initial_indent="      ",
+                                   subsequent_indent="      ", break_long_words=False,
+                                   break_on_hyphens=False)
+        for m in more:
+            lines += textwrap.wrap(m.strip(), fit, initial_indent="  ", subsequent_indent="      ",
+                                   break_long_words=False, break_on_hyphens=False)
+        body, more = "\n".join(lines), []
+    return ("\n".join(head) + f"\n\n{count}:\n" + body + "\n" + "".join(m + "\n" for m in more))

@@ -12,7 +12,7 @@ from typing import Any
 
 from tuner.report.data import ReportData, fmt_delta, fmt_ms, fmt_share
 from tuner.report.drawing import CONVERTER_COLOUR, backend_colour, graph_svg, time_chart_svg
-from tuner.report.render import summary_rows
+from tuner.report.render import summary_rows, validated_rows
 
 _CSS = """
 body{font-family:Helvetica,Arial,sans-serif;margin:24px;color:#222;font-size:13px}
@@ -31,10 +31,11 @@ def _td(x: Any, num: bool = False) -> str:
     return f'<td class="num">{html.escape(str(x))}</td>' if num else f"<td>{html.escape(str(x))}</td>"
 
 
-def render_html(rep: ReportData) -> str:
+def render_html(rep: ReportData, *, details: bool = False) -> str:
     """One self-contained HTML file: summary, the plan graph (Graphviz SVG or built-in),
     the time chart (matplotlib SVG, embedded as a data URI), the step, validation and
-    rejection tables. No scripts, no external resources."""
+    rejection tables (``details``: each rejection with the whole alternative it stands for).
+    No scripts, no external resources."""
     e = html.escape
     title = f"Plan report: {rep.plan.graph}"
     parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
@@ -74,7 +75,9 @@ def render_html(rep: ReportData) -> str:
         rej = ""
         if alts:
             items = "".join(f"<li><b>{e(a.impl)}</b> ({e(a.backend)}): {e(a.verdict)} — "
-                            f"{e(a.reason)}</li>" for a in alts)
+                            f"{e(a.reason)}"
+                            + (f" <span class=\"muted\">[{e(a.details)}]</span>"
+                               if details and a.details else "") + "</li>" for a in alts)
             rej = f"<details><summary>{len(alts)}</summary><ul>{items}</ul></details>"
         cls = ' class="conv"' if r.kind == "converter" else ""
         idx = "" if r.kind == "converter" else str(r.step)
@@ -85,15 +88,12 @@ def render_html(rep: ReportData) -> str:
             f"{_td(fmt_share(r.share), True)}{_td(r.runner_up)}{_td(fmt_ms(r.runner_up_ms), True)}"
             f"{_td(fmt_delta(r.runner_up_delta_ms), True)}<td>{rej}</td></tr>")
     parts.append("</table>")
-    validated = rep.summary.get("validated") or []
-    if validated:
-        parts.append("<h2>Plans validated end to end</h2><table><tr><th>plan</th><th>predicted ms"
-                     "</th><th>latency ms</th><th>spread</th><th>peak bytes</th><th>result</th></tr>")
-        for v in validated:
-            peak = f"{v['peak_bytes']:,}" if v.get("peak_bytes") is not None else "-"
-            parts.append(f"<tr>{_td(v.get('label'))}{_td(fmt_ms(v.get('predicted_ms')), True)}"
-                         f"{_td(fmt_ms(v.get('latency_ms')), True)}{_td(fmt_ms(v.get('spread_ms')), True)}"
-                         f"{_td(peak, True)}{_td(v.get('error') or 'ok')}</tr>")
+    if rep.summary.get("validated"):
+        rows = validated_rows(rep)
+        parts.append("<h2>Plans validated end to end</h2><table><tr>"
+                     + "".join(f"<th>{e(h)}</th>" for h in rows[0]) + "</tr>")
+        for r in rows[1:]:
+            parts.append("<tr>" + "".join(_td(c, 2 <= k <= 4) for k, c in enumerate(r)) + "</tr>")
         parts.append("</table>")
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"

@@ -14,6 +14,7 @@ from typing import Any
 
 from tuner.busy import BUSY_SHARE
 from tuner.report.data import ReportData, fmt_bytes, fmt_delta, fmt_ms, fmt_share, is_known
+from tuner.tables import aligned, terminal_width
 
 
 def summary_rows(s: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -24,7 +25,10 @@ def summary_rows(s: Mapping[str, Any]) -> list[tuple[str, str]]:
     rows.append(("plan", (f"id {plan_id} in {s.get('store')}" if plan_id is not None else
                           "not from a plan store") + f"; source {source}"
                  + (f", winner of validation: {s['winner']}" if s.get("winner") else "")))
-    rows.append(("objective", str(s.get("objective") or "not known")))
+    objective = str(s.get("objective") or "not known")
+    rows.append(("objective", objective + (
+        " (NaN/Inf semantics not checked: outputs may be finite where the reference gives NaN "
+        "or Inf)" if objective.endswith("+nonstrict-nan") else "")))
     lat = s.get("latency_ms")
     rows.append(("total latency", f"{fmt_ms(lat)} ms (spread {fmt_ms(s.get('latency_spread_ms'))}),"
                                   f" {s.get('latency_basis')}" if lat is not None
@@ -111,28 +115,6 @@ def summary_rows(s: Mapping[str, Any]) -> list[tuple[str, str]]:
     return rows
 
 
-def aligned(rows: Sequence[Sequence[Any]], *, max_width: int = 48,
-            numeric: Sequence[int] = ()) -> str:
-    """An aligned terminal table: header, a rule, the rows; ``numeric`` columns right-aligned;
-    cells longer than ``max_width`` are cut, except in the last column."""
-    if not rows:
-        return ""
-    cells = [[str(c) for c in r] for r in rows]
-    ncol = len(cells[0])
-    widths = [min(max_width, max(len(r[k]) for r in cells)) for k in range(ncol)]
-    widths[-1] = max(len(r[-1]) for r in cells)
-
-    def fit(text: str, k: int) -> str:
-        text = text if len(text) <= widths[k] else text[: widths[k] - 1] + "…"
-        return text.rjust(widths[k]) if k in numeric else text.ljust(widths[k])
-
-    lines = ["  ".join(fit(c, k) for k, c in enumerate(cells[0])).rstrip(),
-             "  ".join("-" * (w if k < ncol - 1 else min(w, max(max_width, len(cells[0][k]))))
-                       for k, w in enumerate(widths))]
-    lines += ["  ".join(fit(c, k) for k, c in enumerate(r)).rstrip() for r in cells[1:]]
-    return "\n".join(lines)
-
-
 def _step_table_rows(rep: ReportData) -> list[list[str]]:
     """The steps and converters in execution order, header first."""
     header = ["#", "node", "op", "shapes", "implementation", "settings", "backend",
@@ -161,50 +143,133 @@ def _step_table_rows(rep: ReportData) -> list[list[str]]:
     return out
 
 
-def _validated_rows(rep: ReportData, *, mark_winner: bool) -> list[list[str]]:
-    """The plans the tuner validated end to end, header first; the result is the error, else
-    ``ok`` (``winner`` for the plan that won, with ``mark_winner``)."""
-    rows = [["plan", "predicted ms", "latency ms", "spread", "peak bytes", "result"]]
+def _validated(rep: ReportData) -> tuple[list[Any], Any, str]:
+    """The validated plans of the summary as objects with the fields of a ``PlanCandidate``,
+    the winner among them (``None`` when not known) and the objective."""
+    from types import SimpleNamespace
+
+    plans = []
     for v in rep.summary.get("validated") or []:
-        if v.get("error"):
-            result = str(v["error"])
-        elif mark_winner and v.get("label") == rep.summary.get("winner"):
-            result = "winner"
-        else:
-            result = "ok"
-        rows.append([str(v.get("label")), fmt_ms(v.get("predicted_ms")),
-                     fmt_ms(v.get("latency_ms")), fmt_ms(v.get("spread_ms")),
-                     f"{v['peak_bytes']:,}" if v.get("peak_bytes") is not None else "-", result])
-    return rows
+        predicted = v.get("predicted_ms")
+        plans.append(SimpleNamespace(
+            label=str(v.get("label")), error=v.get("error"), latency_ms=v.get("latency_ms"),
+            spread_ms=v.get("spread_ms"), peak_bytes=v.get("peak_bytes"),
+            # stored as the optimiser's cost x 1000: seconds -> ms, or bytes for memory
+            predicted_s=None if predicted is None else predicted / 1e3))
+    winner = next((p for p in plans if p.label == rep.summary.get("winner")), None)
+    if winner is not None and winner.error is not None:
+        winner = None
+    return plans, winner, str(rep.summary.get("objective") or "latency")
 
 
-def _rejection_rows(rep: ReportData) -> list[list[str]]:
-    """Every rejected candidate, header first."""
-    rows = [["node", "implementation", "backend", "verdict", "ms", "delta ms", "reason"]]
-    for a in rep.rejections.itertuples(index=False):
+def validated_rows(rep: ReportData) -> list[list[str]]:
+    """The plans the tuner validated end to end, header first (see
+    :func:`tuner.validation_table.validation_rows`: the objective's unit, winner first, the
+    margin to the winner)."""
+    from tuner.validation_table import validation_rows
+
+    return validation_rows(*_validated(rep))
+
+
+def why_won_text(rep: ReportData) -> str:
+    """``winner LABEL: why`` (``""`` when the winner is not known)."""
+    from tuner.validation_table import why_won
+
+    plans, winner, objective = _validated(rep)
+    if winner is None:
+        return ""
+    note = ((rep.summary.get("tuning") or {}).get("winner_note") or "")
+    return f"winner {winner.label}: {why_won(plans, winner, objective, note)}"
+
+
+def _rejection_rows(rep: ReportData, details: bool = False) -> list[list[str]]:
+    """Every rejected candidate, header first (``details``: the whole alternative too)."""
+    rows = [["node", "implementation", "backend", "verdict", "ms", "delta ms", "reason"]
+            + (["details"] if details else [])]
+    alts = ([a for n in rep.table["name"] for a in rep.alternatives.get(n, [])]
+            if details else [])
+    same = len(alts) == len(rep.rejections)
+    for k, a in enumerate(rep.rejections.itertuples(index=False)):
         rows.append([a.node, a.impl, a.backend, a.verdict, fmt_ms(a.median_ms),
                      fmt_delta(a.delta_ms), a.reason])
+        if details:
+            rows[-1].append((alts[k].details if same else "") or "-")
     return rows
 
 
-def render_text(rep: ReportData, *, rejected: bool = False) -> str:
-    """The report as aligned terminal tables (``rejected``: every rejected candidate too)."""
+def _rejection_lines(rep: ReportData, details: bool, width: int) -> list[str]:
+    """Every rejected candidate grouped by node, each wrapped to ``width`` (a table would give
+    the reasons a sliver of the terminal and pad every line)."""
+    import textwrap
+
+    rows = _rejection_rows(rep, details)[1:]
+    out: list[str] = []
+    node = None
+    for r in rows:
+        if r[0] != node:
+            node = r[0]
+            out.append(f"{node}:")
+        ms = f", {r[4]} ms" if r[4] != "-" else ""
+        why = r[6] if r[6].lower().startswith(r[3]) else f"{r[3]}: {r[6]}"
+        text = f"{r[1]} ({r[2]}{ms}): {why}" + (
+            f" [{r[7]}]" if details and r[7] != "-" else "")
+        out += textwrap.wrap(text, width, initial_indent="  ", subsequent_indent="      ",
+                             break_long_words=False, break_on_hyphens=False)
+    return out
+
+
+#: Columns of the step table a terminal gets by default (``--wide``: every column).
+NARROW_STEP_COLUMNS = (0, 1, 4, 6, 8, 10, 13, 14)
+
+
+def render_text(rep: ReportData, *, rejected: bool = False, wide: bool = False,
+                details: bool = False, width: int | None = None) -> str:
+    """The report as terminal tables fitted to ``width`` (default: the terminal's) with the main
+    columns; ``wide``: every column, nothing wrapped. ``rejected``: every rejected candidate
+    too; ``details``: with the whole alternative each stands for."""
+    import textwrap
+
+    fit = None if wide else (width or terminal_width())
     parts = [f"Plan report: {rep.plan.graph}", ""]
     srows = summary_rows(rep.summary)
-    width = max(len(k) for k, _ in srows)
-    parts += [f"  {k.ljust(width)}  {v}" for k, v in srows]
+    label = max(len(k) for k, _ in srows)
+    for k, v in srows:
+        if fit is None:
+            parts.append(f"  {k.ljust(label)}  {v}")
+        else:
+            lines = textwrap.wrap(v, max(20, fit - label - 4), break_long_words=False,
+                                  break_on_hyphens=False) or [""]
+            parts.append(f"  {k.ljust(label)}  {lines[0]}")
+            parts += [" " * (label + 4) + ln for ln in lines[1:]]
     for note in rep.notes:
-        parts.append(f"  note: {note}")
-    parts += ["", "Steps in execution order (converters in [brackets]; b = converted at build "
-                  "time; share = of the sum of parts):", ""]
-    parts.append(aligned(_step_table_rows(rep), max_width=40, numeric=(8, 9, 10, 12, 13)))
+        parts += textwrap.wrap(f"note: {note}", fit, initial_indent="  ", subsequent_indent="    ",
+                               break_long_words=False, break_on_hyphens=False
+                               ) if fit else [f"  note: {note}"]
+    steps = _step_table_rows(rep)
+    if fit is not None:
+        counts = ["rejected"] + [str(len(rep.alternatives.get(r.name, []))) if r.kind == "node"
+                                 else "" for r in rep.table.itertuples(index=False)]
+        steps = [[r[k] for k in NARROW_STEP_COLUMNS[:-1]] + [n] for r, n in zip(steps, counts)]
+        steps[0][-2] = "vs runner-up"
+        numeric: tuple[int, ...] = (4, 5, 6, 7)
+    else:
+        numeric = (8, 9, 10, 12, 13)
+    heading = ("Steps in execution order (converters in [brackets]; b = converted at build "
+               "time; share = of the sum of parts" + ("; --wide for every column" if fit else "")
+               + "):")
+    parts += ["", *(textwrap.wrap(heading, fit) if fit else [heading]), ""]
+    parts.append(aligned(steps, max_width=40, numeric=numeric, width=fit, fixed=(0, 1)))
     if rep.summary.get("validated"):
         parts += ["", "Plans validated end to end by the tuner:", ""]
-        parts.append(aligned(_validated_rows(rep, mark_winner=True), max_width=60,
-                             numeric=(1, 2, 3, 4)))
+        parts.append(aligned(validated_rows(rep), max_width=60, width=fit))
+        if why_won_text(rep):
+            parts += ["", *(textwrap.wrap(why_won_text(rep), fit) if fit else [why_won_text(rep)])]
     if rejected and len(rep.rejections):
         parts += ["", "Rejected candidates (listed at the first node each covers):", ""]
-        parts.append(aligned(_rejection_rows(rep), max_width=200, numeric=(4, 5)))
+        if fit is None:
+            parts.append(aligned(_rejection_rows(rep, details), max_width=200, numeric=(4, 5)))
+        else:
+            parts += _rejection_lines(rep, details, fit)
     return "\n".join(parts) + "\n"
 
 
@@ -214,7 +279,9 @@ def _md(text: Any) -> str:
 
 
 def markdown_table(rows: Sequence[Sequence[Any]], numeric: Sequence[int] = ()) -> str:
-    """A GitHub-flavoured markdown table (first row: header)."""
+    """A GitHub-flavoured markdown table (first row: header). Written here rather than by
+    tabulate, which pads every cell to its column's widest: thousands of rejection rows with
+    one long reason would make the file megabytes of spaces."""
     head = rows[0]
     rule = ["---:" if k in numeric else "---" for k in range(len(head))]
     lines = ["| " + " | ".join(_md(c) for c in head) + " |", "| " + " | ".join(rule) + " |"]
@@ -222,8 +289,9 @@ def markdown_table(rows: Sequence[Sequence[Any]], numeric: Sequence[int] = ()) -
     return "\n".join(lines)
 
 
-def render_markdown(rep: ReportData) -> str:
-    """The report as markdown: summary, steps, validated plans, every rejected candidate."""
+def render_markdown(rep: ReportData, *, details: bool = False) -> str:
+    """The report as markdown: summary, steps, validated plans, every rejected candidate
+    (``details``: with the whole alternative each stands for)."""
     parts = [f"# Plan report: {rep.plan.graph}", "", "## Summary", ""]
     parts.append(markdown_table([["", ""], *summary_rows(rep.summary)]))
     if rep.notes:
@@ -232,13 +300,48 @@ def render_markdown(rep: ReportData) -> str:
     parts.append(markdown_table(_step_table_rows(rep), numeric=(8, 9, 10, 12, 13)))
     if rep.summary.get("validated"):
         parts += ["", "## Plans validated end to end", ""]
-        parts.append(markdown_table(_validated_rows(rep, mark_winner=False), numeric=(1, 2, 3, 4)))
+        parts.append(markdown_table(validated_rows(rep)))
+        if why_won_text(rep):
+            parts += ["", why_won_text(rep)]
     if len(rep.rejections):
         parts += ["", "## Rejected candidates", ""]
-        parts.append(markdown_table(_rejection_rows(rep), numeric=(4, 5)))
+        parts.append(markdown_table(_rejection_rows(rep, details), numeric=(4, 5)))
     return "\n".join(parts) + "\n"
 
 
-def render_json(rep: ReportData) -> str:
-    """The report as JSON: ``{"summary", "rows", "rejections", "notes"}`` (null = not known)."""
-    return json.dumps(rep.to_dict(), indent=2, allow_nan=False, default=str) + "\n"
+def render_json(rep: ReportData, *, details: bool = False) -> str:
+    """The report as JSON: ``{"summary", "rows", "rejections", "notes"}`` (null = not known).
+    ``rows`` are records, one a line; ``rejections`` (thousands for a large model) are a table,
+    ``{"columns": [...], "data": [[...], ...]}`` (pandas' ``split`` orient: ``pd.DataFrame(
+    **data["rejections"])`` reads it), one a line, their milliseconds rounded to the
+    nanosecond. ``details``: a ``details`` column with the whole alternative of each."""
+    data = rep.to_dict()
+    columns = list(rep.rejections.columns)
+    if details:
+        columns.append("details")
+        full = [a.details for n in rep.table["name"] for a in rep.alternatives.get(n, [])]
+        if len(full) != len(data["rejections"]):
+            full = [""] * len(data["rejections"])
+        for rec, d in zip(data["rejections"], full):
+            rec["details"] = d
+
+    def dump(x: Any) -> str:
+        return json.dumps(x, allow_nan=False, default=str, separators=(",", ":"))
+
+    def short(v: Any) -> Any:
+        return round(v, 6) if isinstance(v, float) else v
+
+    lines = ["{", f'"summary": {json.dumps(data["summary"], indent=1, allow_nan=False, default=str)},']
+    rows = data["rows"]
+    lines.append('"rows": [' + ("" if rows else "],"))
+    lines += [dump(r) + ("," if i < len(rows) - 1 else "") for i, r in enumerate(rows)]
+    if rows:
+        lines.append("],")
+    rej = [[short(r.get(c)) for c in columns] for r in data["rejections"]]
+    lines.append(f'"rejections": {{"columns": {dump(columns)}, "data": [' + ("" if rej else "]},"))
+    lines += [dump(r) + ("," if i < len(rej) - 1 else "") for i, r in enumerate(rej)]
+    if rej:
+        lines.append("]},")
+    lines.append(f'"notes": {dump(data["notes"])}')
+    lines.append("}")
+    return "\n".join(lines) + "\n"

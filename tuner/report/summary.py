@@ -96,7 +96,8 @@ def _tuning(src: Sources) -> dict[str, Any] | None:
             "others_cpu_share": stats.get("others_cpu_share"),
             "conversions_measured": stats.get("conversions_measured"),
             "conversions_estimated": stats.get("conversions_estimated"),
-            "wrong": stats.get("wrong"), "candidates": stats.get("candidates")}
+            "wrong": stats.get("wrong"), "candidates": stats.get("candidates"),
+            "winner_note": stats.get("winner_note")}
 
 
 def _vs_heuristic(src: Sources, validated: list[dict[str, Any]], winner: str | None,

@@ -20,7 +20,7 @@ from dispatch.errors import OpDispatchError
 from dispatch.fusion import step_node
 from dispatch.plan import Conversion, Plan
 from tuner.plan_lookup import ReportError
-from tuner.report.alternatives import find_alternatives, rejection_text, runner_up
+from tuner.report.alternatives import find_alternatives, rejection_brief, runner_up
 from tuner.report.data import (
     COLUMNS,
     FORMATS,
@@ -54,20 +54,23 @@ class PlanReport(ReportData):
         return summary_rows(self.summary)
 
     # -- rendering ---------------------------------------------------------------------
-    def render(self, fmt: str = "text", *, rejected: bool = False) -> str:
-        """The report as ``text`` (aligned terminal tables; ``rejected`` lists every rejected
-        candidate too), ``markdown``, ``csv`` (the rows), ``json`` or ``html`` (one
-        self-contained file)."""
+    def render(self, fmt: str = "text", *, rejected: bool = False, details: bool = False,
+               wide: bool = False, width: int | None = None) -> str:
+        """The report as ``text`` (terminal tables fitted to ``width``, default the terminal's;
+        ``wide``: every column; ``rejected`` lists every rejected candidate too), ``markdown``,
+        ``csv`` (the rows), ``json`` or ``html`` (one self-contained file). A rejected
+        candidate's reason is one bounded sentence; ``details`` adds the whole alternative it
+        stands for (text with ``rejected``, markdown, json, html)."""
         if fmt == "text":
-            return render_text(self, rejected=rejected)
+            return render_text(self, rejected=rejected, details=details, wide=wide, width=width)
         if fmt == "markdown":
-            return render_markdown(self)
+            return render_markdown(self, details=details)
         if fmt == "csv":
             return self.table.to_csv(index=False)
         if fmt == "json":
-            return render_json(self)
+            return render_json(self, details=details)
         if fmt == "html":
-            return render_html(self)
+            return render_html(self, details=details)
         raise ReportError(f"unknown report format {fmt!r}; expected one of {', '.join(FORMATS)}")
 
     def explain(self, node: str) -> pd.DataFrame:
@@ -195,7 +198,7 @@ def _build(src: Sources) -> PlanReport:
                 "runner_up_ms": runner[2] if first else None,
                 "runner_up_delta_ms": runner[3] if first else None,
                 "n_rejected": len(mine),
-                "rejected": " | ".join(rejection_text(a) for a in mine),
+                "rejected": " | ".join(rejection_brief(a) for a in mine),
                 "cost_bytes": None, "why": step.why,
             })
     for k in range(len(plan.conversions)):

@@ -3,8 +3,9 @@
 by every process on the machine: tuners write, production processes read. WAL with short
 ``BEGIN IMMEDIATE`` writes (readers never block writers, nothing committed is lost to a
 SIGKILL), a versioned schema migrated on a writable open (:mod:`~tuner.store.schema`), damage
-detected on open and a damaged store moved aside for a fresh one while another program's file
-is refused and left alone (:mod:`~tuner.store.integrity`), values always bound as parameters,
+detected on open and a damaged store moved aside for a fresh one (:mod:`~tuner.store.integrity`)
+while another program's file, or anything but a regular file, is refused before anything is
+written to it (:mod:`~tuner.store.ownership`), values always bound as parameters,
 plans as JSON text (never pickle), and JSON bundles to ship plans between machines of the same
 kind (:mod:`~tuner.store.bundle`). :class:`PlanStore` (:mod:`~tuner.store.plan_store`) is the
 entry point; docs/RELIABILITY.md lists the guarantees and the tests behind them."""

@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 BUNDLE_FORMAT = "opdispatch-plan-bundle"
 #: The bundle format version written; a bundle of another version is refused on import.
 BUNDLE_VERSION = 1
+#: How deeply objects and arrays may nest in a bundle (an exported one nests about 8 deep).
+MAX_DEPTH = 32
 
 #: The shape of a bundle. Each ``description`` is what an error message says was expected
 #: there. ``integer`` and ``number`` are Python's ``int`` and finite ``float`` (never
@@ -42,10 +44,13 @@ BUNDLE_SCHEMA: dict[str, Any] = {
     "description": f'a JSON object with "format": "{BUNDLE_FORMAT}"',
     "type": "object",
     "required": ["format", "version", "plans"],
+    "additionalProperties": False,
     "properties": {
         "format": {"const": BUNDLE_FORMAT},
         "version": {"type": "integer", "const": BUNDLE_VERSION, "description": "an integer"},
         "fingerprint_version": {"const": FINGERPRINT_VERSION},
+        "exported_at": {"type": ["string", "null"], "description": "an ISO timestamp"},
+        "opdispatch": {"type": ["string", "null"], "description": "a version string"},
         "plans": {
             "type": "array",
             "description": "an array of plans",
@@ -53,7 +58,14 @@ BUNDLE_SCHEMA: dict[str, Any] = {
                 "type": "object",
                 "description": "an object",
                 "required": ["key", "plan"],
+                "additionalProperties": False,
                 "properties": {
+                    "id": {
+                        "type": ["integer", "null"],
+                        "description": "the plan's id where it was exported, or null",
+                        "minimum": -(2**63),
+                        "maximum": 2**63 - 1,
+                    },
                     "key": {
                         "type": "object",
                         "description": "an object",
@@ -171,6 +183,10 @@ def validate_bundle(bundle: Any) -> list[dict[str, Any]]:
     ``{"key": PlanKey, "plan_json", "latency_ms", "peak_bytes", "created_at", "notes"}``.
     A value too large or too deeply nested to read is refused the same way."""
     try:
+        deep = _too_deep(bundle)
+        if deep is not None:
+            raise BundleError(f"malformed plan bundle: {_where(deep)}: nested deeper than "
+                              f"{MAX_DEPTH} levels (a plan bundle is shallow JSON data)")
         errors = list(_validator().iter_errors(bundle))
         if errors:
             raise BundleError(_refusal(min(errors, key=_position)))
@@ -180,6 +196,21 @@ def validate_bundle(bundle: Any) -> list[dict[str, Any]]:
         raise BundleError(
             f"malformed plan bundle: expected plain JSON data, received a value too large or "
             f"nested too deeply to read ({type(exc).__name__}: {detail})") from None
+
+
+def _too_deep(value: Any, limit: int | None = None) -> tuple[str | int, ...] | None:
+    """The path of the first value nested deeper than ``limit`` (:data:`MAX_DEPTH`) levels
+    of objects and arrays in ``value``, else ``None`` (walked without recursion)."""
+    limit = MAX_DEPTH if limit is None else limit
+    stack: list[tuple[Any, tuple[str | int, ...]]] = [(value, ())]
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, dict | list):
+            if len(path) >= limit:
+                return path
+            pairs = item.items() if isinstance(item, dict) else enumerate(item)
+            stack.extend((v, (*path, k)) for k, v in pairs)
+    return None
 
 
 def _entries(bundle: dict[str, Any]) -> list[dict[str, Any]]:
@@ -318,7 +349,8 @@ def _where(path: tuple[str | int, ...]) -> str:
         return "the bundle"
     if len(path) == 1:
         return f'"{path[0]}"'
-    return str(path[0]) + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path[1:])
+    text = str(path[0]) + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path[1:])
+    return text if len(text) <= 120 else text[:117] + "..."
 
 
 def _kind(value: Any) -> str:

@@ -1,6 +1,7 @@
 """The connection under every :class:`~tuner.store.PlanStore`: opening the file writable (WAL,
 ``synchronous=NORMAL``, foreign keys) or read-only (``mode=ro``, immutable in a read-only
-folder), the checks of :mod:`tuner.store.integrity` before the first write, recovery of a
+folder), the checks of :mod:`tuner.store.ownership` (a regular file, ours, writable when
+opened writable) and :mod:`tuner.store.integrity` before the first write, recovery of a
 damaged store, the schema version check and migrations, and the short ``BEGIN IMMEDIATE``
 write transactions every write goes through. :class:`StoreConnection` is the base class the
 query mixins (plans, measurements, runs, bundles) build on."""
@@ -35,13 +36,13 @@ from tuner.store.integrity import (
     _inode,
     check_header,
     check_integrity,
-    check_not_foreign,
     damage_error,
     move_damaged_aside,
     unreadable_message,
 )
+from tuner.store.ownership import check_connection, check_owner, check_path_kind
 from tuner.store.rows import _now
-from tuner.store.schema import _OWN_TABLES, APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
+from tuner.store.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
 
 #: SQLite's primary result codes for "another connection holds the lock"
 _BUSY_CODES = (5, 6)  # SQLITE_BUSY, SQLITE_LOCKED
@@ -94,6 +95,8 @@ class StoreConnection:
         self._inodes: dict[int, tuple[int, int] | None] = {}
         # a store dropped without close() releases its files in _OPEN_HERE when collected
         weakref.finalize(self, _forget_inodes, self._inodes)
+        # a FIFO, socket, device or folder is refused before anything opens it
+        self._existed = check_path_kind(self.path)
         try:
             self._conn = self._open_readonly() if readonly else self._open_writable()
         except StoreCorruptError as exc:
@@ -130,8 +133,6 @@ class StoreConnection:
         _forget_inodes({0: self._inodes.pop(id(conn), None)})
 
     def _open_writable(self) -> sqlite3.Connection:
-        if self.path.is_dir():
-            raise StoreError(f"the plan store must be a file, received the folder {str(self.path)!r}")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -139,25 +140,43 @@ class StoreConnection:
                 f"cannot create the folder of the plan store {str(self.path)!r}: {exc}; "
                 f"open it with readonly=True to only read it"
             ) from None
-        check_header(self.path)
+        # another program's SQLite file is refused before any connection is opened on it
+        check_owner(self.path, check_header(self.path))
+        self._check_writable()
         conn = self._connect(str(self.path), uri=False)
         with self._closed_on_damage(conn):
             # checked before the first write (the switch to WAL): a damaged store, or another
             # program's database, is never written to
             check_integrity(conn, self.path)
-            check_not_foreign(conn, self.path)
+            check_connection(conn, self.path)
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             conn.execute("PRAGMA synchronous = NORMAL")
             conn.execute("PRAGMA foreign_keys = ON")
         self.journal_mode = str(mode).lower()
         return conn
 
+    def _check_writable(self) -> None:
+        """Refuse a writable open that could not write (before a tuning run spends its budget
+        on measurements it cannot store): a read-only file, ``-wal`` or ``-shm``, or a folder
+        where SQLite cannot create them."""
+        folder = self.path.parent
+        blocked = [str(p) for p in (self.path, Path(f"{self.path}-wal"), Path(f"{self.path}-shm"))
+                   if p.exists() and not os.access(p, os.W_OK)]
+        if not os.access(folder, os.W_OK | os.X_OK):
+            blocked.append(f"its folder {str(folder)!r}")
+        if blocked:
+            raise StoreError(
+                f"the plan store {str(self.path)!r} cannot be written by this process (no write "
+                f"permission on {', '.join(blocked)}; SQLite keeps its -wal and -shm files "
+                f"beside the store): point --store / OPDISPATCH_STORE at a writable file, or "
+                f"open it read-only (PlanStore(path, readonly=True)) to only read it")
+
     def _open_readonly(self) -> sqlite3.Connection:
-        if not self.path.is_file():
+        if not self._existed:
             raise StoreError(
                 f"no plan store at {str(self.path)!r} (opened read-only, so it is not created)"
             )
-        check_header(self.path)
+        check_owner(self.path, check_header(self.path))
         base = self.path.resolve().as_uri()
         for attempt in range(1, _READ_ATTEMPTS + 1):
             conn = self._connect(f"{base}?mode=ro", uri=True)
@@ -191,7 +210,7 @@ class StoreConnection:
             conn.execute("PRAGMA query_only = ON")
             self.journal_mode = str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower()
             check_integrity(conn, self.path)
-            check_not_foreign(conn, self.path)
+            check_connection(conn, self.path)
         return conn
 
     @contextlib.contextmanager
@@ -245,13 +264,13 @@ class StoreConnection:
         since another process may have migrated meanwhile)."""
         with self._write("migrate"):
             version = self._user_version()
-            if version == 0:
-                foreign = set(self.db.table_names()) - _OWN_TABLES
-                if foreign:
+            if version == 0:  # checked again under the lock: a fresh store has no tables
+                tables = self.db.table_names()
+                if tables:
                     raise StoreError(
                         f"{str(self.path)!r} is a SQLite database but not an opdispatch plan "
-                        f"store (it holds the tables {sorted(foreign)})"
-                    )
+                        f"store (it holds the tables {sorted(tables)}, schema version 0); it "
+                        f"is left as it is")
             for step in range(version, SCHEMA_VERSION):
                 MIGRATIONS[step](self.db)
             if version < SCHEMA_VERSION:
@@ -306,6 +325,10 @@ class StoreConnection:
             raise
 
     def _write_failed(self, operation: str, exc: sqlite3.Error) -> str:
+        if (getattr(exc, "sqlite_errorcode", 0) or 0) & 0xFF == 8:  # SQLITE_READONLY
+            return (f"{operation}: the plan store {str(self.path)!r} cannot be written: {exc} "
+                    f"(check the permissions of the file, its -wal and -shm, and its folder); "
+                    f"everything committed before is kept")
         return (f"{operation}: writing to the plan store {str(self.path)!r} failed: {exc} (a "
                 f"full disk, a file-size limit or a failing device?); everything committed "
                 f"before is kept")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+import stat
 import threading
 import time
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from tuner.store.errors import StoreCorruptError, StoreError
-from tuner.store.schema import _OWN_TABLES, APPLICATION_ID
+from tuner.store.schema import APPLICATION_ID
 
 #: Files up to this size get the full ``integrity_check`` on open, larger ones ``quick_check``.
 FULL_CHECK_MAX_BYTES = 4 << 20
@@ -98,6 +99,8 @@ def _read_head(path: Path, size: int) -> bytes | None:
         if inode is None or _OPEN_HERE.get(inode):
             return None
         try:
+            if not stat.S_ISREG(os.stat(path).st_mode):
+                return None  # a FIFO would block open() until another process writes to it
             with open(path, "rb") as f:
                 return f.read(size)
         except OSError:
@@ -196,16 +199,18 @@ def _describe_damage(path: Path, detail: str) -> str:
 # ------------------------------------------------------------------------------------------
 
 
-def check_header(path: Path) -> None:
+def check_header(path: Path) -> bytes | None:
     """Refuse a file without a whole SQLite header before SQLite opens it: closing a
     connection to such a file deletes the ``-wal`` next to it, and with it whatever the
-    damaged store had committed since its last checkpoint (kept when it is moved aside)."""
+    damaged store had committed since its last checkpoint (kept when it is moved aside).
+    Returns the header (``None`` or empty when there is none to read)."""
     head = _read_head(path, 100)
     if not head:
-        return  # missing, open here (so it was readable), or empty: a fresh store
+        return head  # missing, open here (so it was readable), or empty: a fresh store
     if len(head) < 100 or not head.startswith(_SQLITE_MAGIC):
         raise damage_error(path, None, _truncation(path) or "file is not a database "
                            "(no SQLite header)")
+    return head
 
 
 def check_integrity(conn: sqlite3.Connection, path: Path) -> None:
@@ -247,22 +252,6 @@ def check_integrity(conn: sqlite3.Connection, path: Path) -> None:
                   _application_id(conn))
 
 
-def check_not_foreign(conn: sqlite3.Connection, path: Path) -> None:
-    """Refuse another program's SQLite database: tables other than the plan store's, and
-    not marked with :data:`APPLICATION_ID` (a store of a newer opdispatch is marked, and
-    may have more tables)."""
-    if int(conn.execute("PRAGMA application_id").fetchone()[0]) == APPLICATION_ID:
-        return
-    tables = {r[0] for r in conn.execute(
-        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite%'")}
-    foreign = tables - _OWN_TABLES
-    if foreign:
-        raise StoreError(
-            f"{str(path)!r} is a SQLite database but not an opdispatch plan store "
-            f"(it holds the tables {sorted(foreign)}); it is left as it is"
-        )
-
-
 # ------------------------------------------------------------------------------------------
 # what damage becomes
 # ------------------------------------------------------------------------------------------
@@ -274,6 +263,9 @@ def unreadable_message(path: Path, exc: BaseException) -> str:
     if code is not None and (code & 0xFF) in (10, 13):  # SQLITE_IOERR, SQLITE_FULL
         return (f"cannot use the plan store {str(path)!r}: {exc} (a full disk, a "
                 f"file-size limit or a failing device?)")
+    if code is not None and (code & 0xFF) in (8, 14):  # SQLITE_READONLY, SQLITE_CANTOPEN
+        return (f"cannot use the plan store {str(path)!r}: {exc} (check the permissions of "
+                f"the file, its -wal and -shm, and its folder)")
     return (f"{str(path)!r} is not a readable SQLite plan store "
             f"({type(exc).__name__}: {exc})")
 

@@ -9,6 +9,10 @@ from tuner.store.connection import StoreConnection
 from tuner.store.errors import StoreError
 from tuner.store.rows import StoredMeasurement, _measurement_from_row, _now
 
+#: The signature prefix of a candidate's NaN/Inf verdict (:mod:`tuner.nonfinite`), stored in
+#: the measurements table beside its timing.
+VERDICT_PREFIX = "nonfinite:"
+
 
 class MeasurementQueries(StoreConnection):
     """The ``measurements`` table of a :class:`~tuner.store.PlanStore`."""
@@ -68,5 +72,9 @@ class MeasurementQueries(StoreConnection):
             "candidate", [signature, hardware_digest, software_digest])]
 
     def count_measurements(self) -> int:
-        """How many measurements the store holds."""
-        return int(self._conn.execute("SELECT count(*) FROM measurements").fetchone()[0])
+        """How many measurements the store holds (timings; the NaN/Inf verdicts the tuner
+        keeps in the same table, under signatures starting with :data:`VERDICT_PREFIX`, are
+        not counted)."""
+        return int(self._conn.execute(
+            "SELECT count(*) FROM measurements WHERE substr(signature, 1, ?) != ?",
+            [len(VERDICT_PREFIX), VERDICT_PREFIX]).fetchone()[0])

@@ -6,6 +6,7 @@ deleting and pruning them; and what a plan's key would be on this machine
 from __future__ import annotations
 
 import contextlib
+import math
 import sqlite3
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
@@ -54,6 +55,9 @@ class PlanQueries(StoreConnection):
             )
         Plan.from_json(text)  # raises PlanError on a malformed plan: never store one
         latency = None if latency_ms is None else float(latency_ms)
+        if latency is not None and not math.isfinite(latency):
+            raise StoreError(f"put_plan: latency_ms must be a finite number or None, received "
+                             f"{latency_ms!r}")
         peak = None if peak_bytes is None else int(peak_bytes)
         with self._write("put_plan"), self._run_must_exist("put_plan", run_id):
             return self._upsert_plan(key, text, latency_ms=latency, peak_bytes=peak,

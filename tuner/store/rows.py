@@ -6,6 +6,7 @@ columns (:func:`_dump`, :func:`_json_dict`)."""
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -13,6 +14,7 @@ from typing import Any
 
 from dispatch.plan import Plan
 from tuner.fingerprint import PlanKey
+from tuner.store.errors import StoreError
 
 
 @dataclass(frozen=True)
@@ -29,8 +31,13 @@ class StoredPlan:
     notes: dict[str, Any] = field(default_factory=dict)
 
     def plan(self) -> Plan:
-        """The stored plan as a :class:`dispatch.plan.Plan`."""
-        return Plan.from_json(self.plan_json)
+        """The stored plan as a :class:`dispatch.plan.Plan`; a plan that is not the plan's
+        JSON (too deep to read, numbers out of range) raises :class:`StoreError`."""
+        try:
+            return Plan.from_json(self.plan_json)
+        except (RecursionError, OverflowError, ValueError, MemoryError) as exc:
+            raise StoreError(f"the stored plan {self.id} is damaged: plan_json is not a plan "
+                             f"({_why(exc)})") from None
 
 
 @dataclass(frozen=True)
@@ -65,6 +72,12 @@ class TuningRun:
     budget_s: float | None
     objective: str
     stats: dict[str, Any] = field(default_factory=dict)
+    #: the process running it (pid, host, start), recorded while it is ``running``
+    process: dict[str, Any] | None = None
+
+
+#: The key of ``tuning_runs.stats_json`` that holds the process of a running run.
+PROCESS_KEY = "_process"
 
 
 @dataclass(frozen=True)
@@ -85,9 +98,40 @@ def _parse_time(text: str) -> datetime:
     return when if when.tzinfo is not None else when.replace(tzinfo=timezone.utc)
 
 
-def _json_dict(text: str | None) -> dict[str, Any]:
-    data = json.loads(text) if text else {}
+def _why(exc: BaseException) -> str:
+    """``exc`` in at most 100 characters (a recursion error's own text is long)."""
+    text = f"{type(exc).__name__}: {exc}"
+    return text if len(text) <= 100 else text[:97] + "..."
+
+
+def _json_dict(text: str | None, where: str = "a JSON column") -> dict[str, Any]:
+    """The JSON object in a text column; a column that is not JSON raises
+    :class:`StoreError` saying where (``where``: the row and column)."""
+    if text is not None and not isinstance(text, str):
+        raise StoreError(f"{where} holds {type(text).__name__} {_short(text)}, expected JSON text")
+    try:
+        data = json.loads(text) if text else {}
+    except (ValueError, RecursionError, MemoryError) as exc:
+        raise StoreError(f"{where} is not JSON data ({_short(text)}: {_why(exc)})") from None
     return data if isinstance(data, dict) else {"value": data}
+
+
+def _short(value: Any, limit: int = 40) -> str:
+    text = repr(value) if not isinstance(value, str) else repr(value[:limit + 1])
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _column(row: Mapping[str, Any], name: str, kinds: tuple[type, ...], expected: str,
+            where: str) -> Any:
+    """``row[name]`` when it is of one of ``kinds`` (``None`` included when it is one),
+    else :class:`StoreError` naming the row, the column and what it holds."""
+    value = row[name]
+    ok = isinstance(value, kinds) and not isinstance(value, bool)
+    if ok and isinstance(value, float) and not math.isfinite(value):
+        ok = False
+    if not ok:
+        raise StoreError(f"{where}: {name} holds {_short(value)}, expected {expected}")
+    return value
 
 
 def _dump(data: Mapping[str, Any] | None) -> str:
@@ -95,18 +139,27 @@ def _dump(data: Mapping[str, Any] | None) -> str:
 
 
 def _plan_from_row(row: Mapping[str, Any]) -> StoredPlan:
+    """The :class:`StoredPlan` of a ``plans`` row; a row holding what the store never writes
+    (text in a number column, a JSON column that is not JSON: another program edited it)
+    raises :class:`StoreError` naming the plan and the column."""
+    where = f"the stored plan {row['id']} is damaged"
+    text = (str,)
     key = PlanKey(
-        model=row["model_fp"],
-        inputs=row["inputs_sig"],
-        hardware=_json_dict(row["hardware_json"]),
-        software=_json_dict(row["software_json"]),
-        objective=row["objective"],
+        model=_column(row, "model_fp", text, "text", where),
+        inputs=_column(row, "inputs_sig", text, "text", where),
+        hardware=_json_dict(row["hardware_json"], f"{where}: hardware_json"),
+        software=_json_dict(row["software_json"], f"{where}: software_json"),
+        objective=_column(row, "objective", text, "text", where),
         family=row.get("family") or "",
     )
     return StoredPlan(
-        id=int(row["id"]), key=key, plan_json=row["plan_json"], latency_ms=row["latency_ms"],
-        peak_bytes=row["peak_bytes"], created_at=row["created_at"], run_id=row["tuning_run_id"],
-        notes=_json_dict(row["notes_json"]),
+        id=int(row["id"]), key=key, plan_json=_column(row, "plan_json", text, "JSON text", where),
+        latency_ms=_column(row, "latency_ms", (int, float, type(None)),
+                           "a finite number or NULL", where),
+        peak_bytes=_column(row, "peak_bytes", (int, type(None)), "an integer or NULL", where),
+        created_at=_column(row, "created_at", text, "an ISO timestamp", where),
+        run_id=_column(row, "tuning_run_id", (int, type(None)), "an integer or NULL", where),
+        notes=_json_dict(row["notes_json"], f"{where}: notes_json"),
     )
 
 
@@ -120,8 +173,11 @@ def _measurement_from_row(row: Mapping[str, Any]) -> StoredMeasurement:
 
 
 def _run_from_row(row: Mapping[str, Any]) -> TuningRun:
+    stats = _json_dict(row["stats_json"], f"the tuning run {row['id']} is damaged: stats_json")
+    process = stats.pop(PROCESS_KEY, None)
     return TuningRun(
         id=int(row["id"]), model_fp=row["model_fp"], started_at=row["started_at"],
         finished_at=row["finished_at"], status=row["status"], budget_s=row["budget_s"],
-        objective=row["objective"], stats=_json_dict(row["stats_json"]),
+        objective=row["objective"], stats=stats,
+        process=process if isinstance(process, dict) else None,
     )

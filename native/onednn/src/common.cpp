@@ -72,6 +72,12 @@ std::string effective_isa() {
     case dnnl::cpu_isa::avx512_core_vnni: return "avx512_core_vnni";
     case dnnl::cpu_isa::avx512_core_bf16: return "avx512_core_bf16";
     case dnnl::cpu_isa::avx2_vnni: return "avx2_vnni";
+    case dnnl::cpu_isa::avx512_core_amx: return "avx512_core_amx";
+#if DNNL_VERSION_MAJOR >= 3
+    case dnnl::cpu_isa::avx2_vnni_2: return "avx2_vnni_2";
+    case dnnl::cpu_isa::avx512_core_fp16: return "avx512_core_fp16";
+    case dnnl::cpu_isa::avx512_core_amx_fp16: return "avx512_core_amx_fp16";
+#endif
     default: return "other (" + std::to_string(static_cast<int>(dnnl::get_effective_cpu_isa())) + ")";
   }
 }
@@ -112,10 +118,19 @@ using tag = memory::format_tag;
   X(AB16b16a) X(AB16b32a) X(AB16b64a) X(BA16a16b) X(BA16a32b) X(BA16a48b) X(BA16a64b)            \
   X(aBc4b) X(aBc8b) X(aBc16b) X(ABc16b16a) X(ABc16a16b)
 
+// Formats that only oneDNN 3.x names: the AVX2 brgemm convolution's weights, out channels
+// blocked by 24 (three 8-float vectors), and its depthwise weights blocked by 8.
+#if DNNL_VERSION_MAJOR >= 3
+#define OPD_TAGS_3X(X) X(Acdb24a) X(decbA8a)
+#else
+#define OPD_TAGS_3X(X)
+#endif
+
 const std::map<std::string, tag>& tag_table() {
   static const std::map<std::string, tag> table = {
 #define OPD_TAG_ENTRY(t) {#t, tag::t},
       OPD_TAGS(OPD_TAG_ENTRY)
+      OPD_TAGS_3X(OPD_TAG_ENTRY)
 #undef OPD_TAG_ENTRY
   };
   return table;

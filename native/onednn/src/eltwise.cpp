@@ -63,6 +63,10 @@ Eltwise::Eltwise(const std::string& kind, float alpha, float beta, const Dims& d
     throw std::invalid_argument("clip bounds must satisfy lo <= hi, received lo=" +
                                 std::to_string(alpha) + " hi=" + std::to_string(beta));
   if (kind == "soft_relu") alpha = compat::kSoftReluAlpha;
+  if (kind == "hardswish") {
+    alpha = compat::kHardSwishAlpha;
+    beta = compat::kHardSwishBeta;
+  }
   md_ = make_md(dims, tag);
   try {
     auto pd = compat::eltwise_pd(alg, md_, alpha, beta);

@@ -183,4 +183,9 @@ inline dnnl::binary::primitive_desc binary_pd(algorithm alg, const memory::desc&
 // Softplus: 2.x soft_relu is log(1 + exp(x)); 3.x's takes alpha (1 gives the same).
 constexpr float kSoftReluAlpha = 1.0f;
 
+// HardSwish: 2.x hardswish is x * relu6(x + 3) / 6 and ignores alpha and beta; 3.x's is
+// x * max(0, min(1, alpha * x + beta)) (with alpha = beta = 0, x * 0: the ONNX op needs these).
+constexpr float kHardSwishAlpha = 1.0f / 6.0f;
+constexpr float kHardSwishBeta = 0.5f;
+
 }  // namespace opd::onednn::compat
