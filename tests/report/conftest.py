@@ -70,7 +70,7 @@ def reg() -> Registry:
 def resnet50(tmp_path_factory, reg) -> Tuned:
     folder = tmp_path_factory.mktemp("resnet50")
     return tune_into(folder, "resnet50", light_model("resnet50", seed=0), reg,
-                     options(6.0, top_k=1, validate_runs=1))
+                     options(20.0, top_k=1, validate_runs=1))
 
 
 @pytest.fixture(scope="session")
