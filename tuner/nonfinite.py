@@ -6,7 +6,7 @@ compute ``Relu(NaN) = 0``, their MaxPool and onnxruntime's skip NaN, OpenVINO's 
 finite probabilities beside a NaN. A candidate that agrees with the reference on finite inputs
 may therefore turn a NaN input into a plausible finite output. By default (strict) the tuner
 also checks every candidate on inputs holding NaN, +Inf and -Inf (:func:`candidate_error`,
-cached in the store like a measurement: :func:`checked`) and the winner of validation end
+cached in the store like a measurement: :func:`check_measured`) and the winner of validation end
 to end on such feeds (:func:`nonfinite_winner`): an output must be NaN, +Inf or -Inf exactly
 where the reference's is. A candidate or plan that differs loses, with the reason. Only the explicit
 objective option ``allow_nonstrict_nan`` (``opdispatch tune --allow-nonstrict-nan``) skips both
@@ -170,30 +170,36 @@ def needs_check(registry: Registry, cand: Candidate) -> bool:
                and np.dtype(v.dtype).kind == "f" for v in cand.node.inputs)
 
 
-def checked(registry: Registry, cand: Candidate, signature: str, measured: Measurement,
-            store: Any, hw: str, sw: str, seed: int, *, deadline: float) -> Measurement:
-    """``measured`` (a candidate's measurement that passed the finite-input check) when the
-    candidate also agrees with the reference on NaN/Inf inputs (:func:`candidate_error`);
-    else a failed measurement saying where it differs. The verdict is cached in the store's
-    measurements table under :data:`VERDICT_PREFIX` + ``signature`` (for this hardware and
-    software) and reused as timings are. A check that would end past ``deadline``
-    (``time.monotonic()``; a check costs a run of the candidate and one of the reference,
-    estimated as two runs) is not started: the candidate is then used unchecked, as the
-    winner's end-to-end check on NaN/Inf feeds still guards the plan (:func:`nonfinite_winner`),
-    and a later run checks it."""
-    if not measured.ok or not needs_check(registry, cand):
-        return measured
-    key = VERDICT_PREFIX + signature
-    hit = store.get_measurement(key, cand.impl.name, hw, sw)
-    if hit is not None:
-        error = hit.error
-    elif time.monotonic() + 2 * measured.median_s > deadline:
-        return measured
-    else:
-        error = candidate_error(registry, cand, seed)
-        store.put_measurement(key, cand.impl.name, hw, sw, median_s=0.0, spread_s=0.0,
-                              samples=1, error=error)
-    return measured if error is None else Measurement(float("inf"), 0.0, 0, f"{WRONG}: {error}")
+def check_measured(registry: Registry, groups: Mapping[str, Sequence[Candidate]],
+                   order: Sequence[str], measured: dict[str, Measurement], store: Any, hw: str,
+                   sw: str, seed: int, deadline: float) -> None:
+    """After the timings, in the measurement stage's time left: every candidate signature
+    that passed the finite-input check (``measured``, taken in measurement ``order``) is
+    checked on NaN/Inf inputs too (:func:`candidate_error`); one that differs gets a failed
+    measurement saying where, and is never chosen. Verdicts are cached in the store's
+    measurements table under :data:`VERDICT_PREFIX` + the signature (for this hardware and
+    software) and reused as timings are, so a later run checks what this one had no time
+    for. A check that would end past ``deadline`` (``time.monotonic()``; it costs a run of
+    the candidate and one of the reference, estimated as two runs) is not started: the
+    candidate stays usable unchecked, as the winner's end-to-end check on NaN/Inf feeds still
+    guards the plan (:func:`nonfinite_winner`)."""
+    for sig in order:
+        m = measured.get(sig)
+        cand = groups[sig][0]
+        if m is None or not m.ok or not needs_check(registry, cand):
+            continue
+        key = VERDICT_PREFIX + sig
+        hit = store.get_measurement(key, cand.impl.name, hw, sw)
+        if hit is not None:
+            error = hit.error
+        elif time.monotonic() + 2 * m.median_s > deadline:
+            continue
+        else:
+            error = candidate_error(registry, cand, seed)
+            store.put_measurement(key, cand.impl.name, hw, sw, median_s=0.0, spread_s=0.0,
+                                  samples=1, error=error)
+        if error is not None:
+            measured[sig] = Measurement(float("inf"), 0.0, 0, f"{WRONG}: {error}")
 
 
 def special_feeds(graph: Graph, seed: int) -> dict[str, np.ndarray]:

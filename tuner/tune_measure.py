@@ -22,7 +22,7 @@ from dispatch.graph import Graph
 from dispatch.registry import STANDARD, Registry
 from tuner.candidates import Candidate, CandidateSet
 from tuner.measure import Measurement, measure_candidate, measure_conversion
-from tuner.nonfinite import checked
+from tuner.nonfinite import check_measured
 from tuner.store import PlanStore
 from tuner.tune_types import TuneOptions
 
@@ -85,12 +85,11 @@ def _measure_all(
                                       spread_s=m.spread_s, samples=m.samples, error=m.error)
                 out.by_signature[sig] = m
                 out.measured += 1
-            if sig in out.by_signature and not opts.allow_nonstrict_nan:  # and on NaN/Inf inputs
-                out.by_signature[sig] = checked(
-                    registry, cand, sig, out.by_signature[sig], store, hw, sw, opts.seed,
-                    deadline=deadline)
             if bar is not None:
                 bar.update(1)
+    if not opts.allow_nonstrict_nan:  # and on NaN/Inf inputs, in the stage's time left
+        check_measured(registry, groups, order, out.by_signature, store, hw, sw, opts.seed,
+                       deadline)
     return out
 
 

@@ -73,6 +73,11 @@ FOREIGN: dict[str, Callable[[Path], None]] = {
         p, "CREATE TABLE meta (x)", wal=True),
     "a GeoPackage in WAL mode": lambda p: _sqlite(
         p, f"PRAGMA application_id = {GPKG}", "CREATE TABLE t (x)", wal=True),
+    "a table whose name starts with sqlite": lambda p: _sqlite(p, "CREATE TABLE sqlitefoo (x)"),
+    "only a view": lambda p: _sqlite(p, "CREATE VIEW v AS SELECT 1"),
+    "only sqlite_stat1 (ANALYZE, then the table dropped)": lambda p: _sqlite(
+        p, "CREATE TABLE t (x)", "CREATE INDEX i ON t (x)", "INSERT INTO t VALUES (1)",
+        "ANALYZE", "DROP TABLE t"),
 }
 
 

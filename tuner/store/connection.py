@@ -29,11 +29,12 @@ from tuner.store.errors import (
 )
 from tuner.store.integrity import (
     _OPEN_HERE,
-    _OPEN_LOCK,
     Recovery,
     _Damage,
     _forget_inodes,
+    _forget_inodes_later,
     _inode,
+    _locked,
     check_header,
     check_integrity,
     damage_error,
@@ -94,7 +95,7 @@ class StoreConnection:
         self.recovery: Recovery | None = None
         self._inodes: dict[int, tuple[int, int] | None] = {}
         # a store dropped without close() releases its files in _OPEN_HERE when collected
-        weakref.finalize(self, _forget_inodes, self._inodes)
+        weakref.finalize(self, _forget_inodes_later, self._inodes)
         # a FIFO, socket, device or folder is refused before anything opens it
         self._existed = check_path_kind(self.path)
         try:
@@ -114,7 +115,7 @@ class StoreConnection:
 
     # -- opening -----------------------------------------------------------------------
     def _connect(self, target: str, *, uri: bool) -> sqlite3.Connection:
-        with _OPEN_LOCK:
+        with _locked():
             try:
                 conn = sqlite3.connect(target, uri=uri, timeout=self.timeout_s,
                                        isolation_level=None)

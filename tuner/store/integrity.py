@@ -15,6 +15,7 @@ import sqlite3
 import stat
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -70,17 +71,51 @@ class Recovery:
 #: process has it open.
 _OPEN_HERE: dict[tuple[int, int], int] = {}
 _OPEN_LOCK = threading.Lock()
+#: the inodes of stores dropped without close() whose finalizer could not take
+#: :data:`_OPEN_LOCK`: garbage collection may run a finalizer at any allocation, also inside a
+#: region of this very thread that holds the lock, where waiting for it would never end. They
+#: are forgotten by the next region that takes the lock (:func:`_locked`).
+_PENDING: list[dict[int, tuple[int, int] | None]] = []
+
+
+def _drop(inodes: dict[int, tuple[int, int] | None]) -> None:
+    for inode in inodes.values():
+        if inode is not None and inode in _OPEN_HERE:
+            _OPEN_HERE[inode] -= 1
+            if _OPEN_HERE[inode] <= 0:
+                del _OPEN_HERE[inode]
+    inodes.clear()
+
+
+@contextlib.contextmanager
+def _locked() -> Iterator[None]:
+    """:data:`_OPEN_LOCK` held, after forgetting the inodes finalizers left in
+    :data:`_PENDING`."""
+    with _OPEN_LOCK:
+        while _PENDING:
+            _drop(_PENDING.pop())
+        yield
 
 
 def _forget_inodes(inodes: dict[int, tuple[int, int] | None]) -> None:
     """Drop the entries of ``inodes`` (connection id -> inode) from :data:`_OPEN_HERE`."""
-    with _OPEN_LOCK:
-        for inode in inodes.values():
-            if inode is not None and inode in _OPEN_HERE:
-                _OPEN_HERE[inode] -= 1
-                if _OPEN_HERE[inode] <= 0:
-                    del _OPEN_HERE[inode]
+    with _locked():
+        _drop(inodes)
+
+
+def _forget_inodes_later(inodes: dict[int, tuple[int, int] | None]) -> None:
+    """:func:`_forget_inodes` for a finalizer: never waits for the lock (see
+    :data:`_PENDING`)."""
+    if not _OPEN_LOCK.acquire(blocking=False):
+        _PENDING.append(dict(inodes))
         inodes.clear()
+        return
+    try:
+        while _PENDING:
+            _drop(_PENDING.pop())
+        _drop(inodes)
+    finally:
+        _OPEN_LOCK.release()
 
 
 def _inode(path: Path) -> tuple[int, int] | None:
@@ -94,7 +129,7 @@ def _inode(path: Path) -> tuple[int, int] | None:
 def _read_head(path: Path, size: int) -> bytes | None:
     """The first ``size`` bytes of ``path``; ``None`` when it cannot be read, or may not be
     because a plan store of this process has it open (see :data:`_OPEN_HERE`)."""
-    with _OPEN_LOCK:
+    with _locked():
         inode = _inode(path)
         if inode is None or _OPEN_HERE.get(inode):
             return None

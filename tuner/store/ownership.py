@@ -26,7 +26,7 @@ from pathlib import Path
 from sqlite_utils import Database
 
 from tuner.store.errors import StoreError
-from tuner.store.integrity import _OPEN_HERE, _OPEN_LOCK, _inode
+from tuner.store.integrity import _OPEN_HERE, _inode, _locked
 from tuner.store.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
 
 #: ``application_id`` values of other programs' SQLite files (SQLite's magic.txt)
@@ -108,11 +108,16 @@ def schema_tables(version: int) -> dict[str, tuple[str, ...]]:
 
 
 def _tables(conn: sqlite3.Connection) -> dict[str, tuple[str, ...]]:
-    """Table name -> its column names, through ``conn`` (names bound as parameters)."""
-    names = [r[0] for r in conn.execute(
-        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite%'")]
-    return {n: tuple(r[0] for r in conn.execute("SELECT name FROM pragma_table_info(?)", [n]))
-            for n in names}
+    """Table name -> its column names, through ``conn`` (names bound as parameters); a view
+    or a trigger counts as a table without columns (a plan store has none), and SQLite's own
+    tables (``sqlite_stat1`` after an ANALYZE) count too: a database holding them is not
+    empty."""
+    rows = conn.execute(
+        "SELECT type, name FROM sqlite_master WHERE type IN ('table', 'view', 'trigger')"
+    ).fetchall()
+    return {(n if t == "table" else f"{t} {n}"): tuple(
+        r[0] for r in conn.execute("SELECT name FROM pragma_table_info(?)", [n])
+    ) if t == "table" else () for t, n in rows}
 
 
 def refusal(path: Path, app_id: int, user_version: int,
@@ -134,8 +139,9 @@ def refusal(path: Path, app_id: int, user_version: int,
             return None  # an empty database: a fresh store
         return (f"{where} is a SQLite database but not an opdispatch plan store (it holds the "
                 f"tables {sorted(tables)} and no opdispatch mark); {_ADVICE}")
-    if tables == schema_tables(user_version):
-        return None  # a plan store written before the mark existed
+    analyzed = {k: v for k, v in tables.items() if not k.startswith("sqlite_stat")}
+    if analyzed == schema_tables(user_version):
+        return None  # a plan store written before the mark existed (perhaps ANALYZEd)
     if not tables:
         return (f"{where} is a SQLite database but not an opdispatch plan store (no tables, "
                 f"no opdispatch mark, and user_version {user_version}, which another program "
@@ -149,7 +155,7 @@ def _probe(path: Path) -> tuple[int, int, dict[str, tuple[str, ...]]] | None:
     """``(application_id, user_version, tables)`` read without a lock or a side file
     (``immutable=1``); ``None`` when SQLite cannot read the file that way (damage is then
     judged by the store's own checks) or this process has it open."""
-    with _OPEN_LOCK:
+    with _locked():
         inode = _inode(path)
         if inode is None or _OPEN_HERE.get(inode):
             return None
