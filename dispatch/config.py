@@ -15,7 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import tomllib
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: the same parser, from PyPI (pyproject.toml)
+    import tomli as tomllib  # type: ignore[no-redef]
+from platformdirs import user_cache_path, user_config_path
 
 from dispatch.errors import ConfigError
 
@@ -28,13 +32,15 @@ DEFAULT_BACKEND_ORDER = ("onnxruntime", "native", "numpy")
 
 
 def _cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "opdispatch"
+    """The user's cache folder for opdispatch (platformdirs: ``$XDG_CACHE_HOME/opdispatch``,
+    else ``~/.cache/opdispatch`` on Linux; the platform's own folder elsewhere)."""
+    return user_cache_path("opdispatch", appauthor=False)
 
 
 def _config_dir() -> Path:
-    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
-    return Path(base) / "opdispatch"
+    """The user's configuration folder (platformdirs: ``$XDG_CONFIG_HOME/opdispatch``, else
+    ``~/.config/opdispatch`` on Linux)."""
+    return user_config_path("opdispatch", appauthor=False)
 
 
 def _file_state(path: Path) -> str:
