@@ -20,6 +20,7 @@ from dispatch import blas
 from dispatch.errors import KernelError, PlanError
 from dispatch.fusion import REGION_OP, FusedNode, step_node
 from dispatch.graph import Graph, Node
+from dispatch.guard import NonfiniteGuard
 from dispatch.plan import Plan, PlanStep
 from dispatch.plan_check import validate_plan
 from dispatch.registry import REFERENCE_BACKEND, STANDARD, Registry
@@ -118,6 +119,14 @@ class Executor:
         except ValueError as exc:
             raise PlanError(str(exc)) from None
         self._build(registry)
+        #: the non-finite guard (:mod:`dispatch.guard`) of a plan with a ``nonfinite_fallback``:
+        #: requests whose float inputs hold NaN or Inf run the fallback plan, built then
+        self.guard: NonfiniteGuard | None = None
+        fallback = plan.nonfinite_fallback
+        if fallback is not None:
+            floats = [v.name for v in graph.inputs
+                      if v.dtype is not None and np.dtype(v.dtype).kind in "fc"]
+            self.guard = NonfiniteGuard(floats, lambda: Executor(graph, fallback, registry))
         blas.libraries(refresh=True)  # the libraries the kernels just loaded, found once here
 
     # -- building ----------------------------------------------------------------------
@@ -311,7 +320,15 @@ class Executor:
         The whole run holds the plan's thread settings (:attr:`threads`: BLAS and OpenMP
         thread counts, :func:`dispatch.blas.enter`), whatever the caller's are; the caller's
         are restored when it returns or raises.
+
+        A guarded plan (:attr:`guard`) first checks the float feeds: one holding a NaN or an
+        infinity is run by the fallback plan's executor instead (built on first use; its
+        ``timings`` are then those of the fallback's calls).
         """
+        guard = self.guard
+        if guard is not None and guard.needed(feeds):
+            # NaN/Inf in the inputs: the plan that agrees with the reference answers
+            return guard.executor().run(feeds, output_names, timings=timings, on_fault=on_fault)
         token = blas.enter(self.threads)
         try:
             return self._run(feeds, output_names, timings, on_fault)

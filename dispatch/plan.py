@@ -13,12 +13,9 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dispatch.errors import PlanError, known
-
-if TYPE_CHECKING:
-    pass
 
 PLAN_FORMAT_VERSION = 1
 
@@ -71,6 +68,10 @@ class Plan:
     conversions: list[Conversion]
     provenance: dict[str, Any] = field(default_factory=dict)
     version: int = PLAN_FORMAT_VERSION
+    #: the non-finite guard: a plan that agrees with the reference on NaN/Inf inputs, run
+    #: instead of this one for any request whose float inputs hold a NaN or an infinity
+    #: (:mod:`dispatch.guard`); ``None`` (and absent from older plans' JSON): no guard
+    nonfinite_fallback: Plan | None = None
 
     # -- lookup ------------------------------------------------------------------------
     def step_for(self, node: str) -> PlanStep:
@@ -95,10 +96,20 @@ class Plan:
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent, sort_keys=False)
 
+    def guard_label(self) -> str | None:
+        """What runs NaN/Inf requests when the plan is guarded (the fallback's validation
+        label), else ``None``."""
+        fb = self.nonfinite_fallback
+        if fb is None:
+            return None
+        return str(fb.provenance.get("label") or "a plan that agrees with the reference")
+
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Plan:
+    def from_dict(cls, data: Mapping[str, Any], *, nested: bool = False) -> Plan:
         """A plan from its JSON data; anything but the plan's own structure of plain JSON
-        values (unknown or missing fields, wrong types) raises :class:`PlanError`."""
+        values (unknown or missing fields, wrong types) raises :class:`PlanError`. A
+        ``nonfinite_fallback`` is a plan of the same form, itself without a fallback."""
+        where = "plan: nonfinite_fallback" if nested else "plan"
         if not isinstance(data, Mapping):
             raise PlanError(f"a plan must be a JSON object, received {type(data).__name__}")
         try:
@@ -125,11 +136,18 @@ class Plan:
                 Conversion(**_data_fields(c, Conversion, f"plan conversion {k}"))
                 for k, c in enumerate(_data_list(data["conversions"], "plan: conversions"))
             ]
-            return cls(data["graph"], steps, convs, dict(provenance), version)
-        except PlanError:
+            fallback = data.get("nonfinite_fallback")
+            if fallback is not None:
+                if nested:
+                    raise PlanError(f"{where}: a fallback plan cannot have a fallback of its own")
+                fallback = cls.from_dict(fallback, nested=True)
+            return cls(data["graph"], steps, convs, dict(provenance), version, fallback)
+        except PlanError as exc:
+            if nested and not str(exc).startswith(where):
+                raise PlanError(f"{where}: {exc}") from None
             raise
         except (KeyError, TypeError, ValueError) as exc:
-            raise PlanError(f"malformed plan: {type(exc).__name__}: {exc}") from None
+            raise PlanError(f"malformed {where}: {type(exc).__name__}: {exc}") from None
 
     @classmethod
     def from_json(cls, text: str) -> Plan:
@@ -165,10 +183,12 @@ class Plan:
                 )
             )
         widths = [min(48, max(len(r[k]) for r in rows)) for k in range(5)]
-        return "\n".join(
+        table = "\n".join(
             "  ".join(col[: widths[k]].ljust(widths[k]) for k, col in enumerate(r)).rstrip()
             for r in rows
         )
+        guard = self.guard_label()
+        return table if guard is None else f"{table}\nguarded: NaN/Inf inputs run {guard}"
 
 
 #: JSON types allowed per field of the plan's dataclasses (anything else is rejected)
@@ -178,6 +198,7 @@ _FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "value": (str,), "src": (str,), "dst": (str,), "chain": (list,), "consumers": (list,),
     "cost_bytes": (int, float), "at_build": (bool,), "reason": (str,), "graph": (str,),
     "steps": (list,), "conversions": (list,), "provenance": (dict,), "version": (int,),
+    "nonfinite_fallback": (dict, type(None)),
 }
 #: list fields whose items must be strings
 _STRING_LISTS = {"nodes", "layouts_in", "layouts_out", "chain", "consumers"}

@@ -19,7 +19,9 @@ executor is built, :func:`validate_plan` checks that
   existing converters that lead from its ``src`` to its ``dst``;
 * every backend the plan's steps and converters use is available in this process (an
   uninstalled plugin, a missing library: the error says which and why), at the version the
-  plan was tuned with when its provenance records one.
+  plan was tuned with when its provenance records one;
+* a non-finite guard's fallback plan (``nonfinite_fallback``, run on NaN/Inf inputs) passes
+  all of the above too, and has no fallback of its own.
 
 The first problem found raises :class:`~dispatch.errors.PlanError` naming the step (or
 conversion) and what was expected; a rejected plan is never executed.
@@ -54,6 +56,17 @@ def validate_plan(plan: Plan, graph: Graph, registry: Registry) -> None:
         _check_step(k, step, graph, registry)
     for k, conv in enumerate(plan.conversions):
         _check_conversion(k, conv, graph, registry)
+    fallback = getattr(plan, "nonfinite_fallback", None)
+    if fallback is not None:
+        if not isinstance(fallback, Plan):
+            raise PlanError(f"nonfinite_fallback: expected a dispatch.plan.Plan or None, "
+                            f"received {type(fallback).__name__}")
+        if fallback.nonfinite_fallback is not None:
+            raise PlanError("nonfinite_fallback: a fallback plan cannot have a fallback of its own")
+        try:
+            validate_plan(fallback, graph, registry)
+        except PlanError as exc:
+            raise PlanError(f"nonfinite_fallback (the plan run on NaN/Inf inputs): {exc}") from None
 
 
 def _where(k: int, step: PlanStep) -> str:

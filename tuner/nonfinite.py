@@ -8,7 +8,11 @@ may therefore turn a NaN input into a plausible finite output. By default (stric
 also checks every candidate on inputs holding NaN, +Inf and -Inf (:func:`candidate_error`,
 cached in the store like a measurement: :func:`check_measured`) and the winner of validation end
 to end on such feeds (:func:`nonfinite_winner`): an output must be NaN, +Inf or -Inf exactly
-where the reference's is. A candidate or plan that differs loses, with the reason. Only the explicit
+where the reference's is. By default (``nonfinite_guard``) a winner that differs is *guarded*
+instead of rejected: requests whose inputs hold NaN or Inf run a fallback plan that agrees
+(:mod:`dispatch.guard`), all-finite requests the fast plan; the candidate checks are then not
+needed for correctness and are skipped (the guarded plan is checked end to end). Without the
+guard a candidate or plan that differs loses, with the reason. Only the explicit
 objective option ``allow_nonstrict_nan`` (``opdispatch tune --allow-nonstrict-nan``) skips both
 checks; the plan key's objective then ends in ``+nonstrict-nan``
 (:data:`dispatch.plan_policy.NONSTRICT_NAN_SUFFIX`), so that such a plan is used only by a
@@ -18,6 +22,7 @@ Session that asks for that objective.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
 import time
 import warnings
@@ -28,6 +33,8 @@ import numpy as np
 
 from dispatch.executor import Executor
 from dispatch.fusion import FusedNode
+from dispatch.guard import has_nonfinite
+from dispatch.plan import Plan
 from dispatch.registry import STANDARD, Registry
 from tuner.measure import Measurement, _convert, _reference, random_input, reference_impl
 from tuner.store.measurements import VERDICT_PREFIX
@@ -35,7 +42,6 @@ from tuner.tune_types import TuningError
 
 if TYPE_CHECKING:
     from dispatch.graph import Graph
-    from dispatch.plan import Plan
     from tuner.candidates import Candidate
     from tuner.tune_types import PlanCandidate
 
@@ -221,15 +227,52 @@ def plan_error(graph: Graph, registry: Registry, plan: Plan,
     return None if why is None else f"{WRONG}: {why}"
 
 
+def guarded_plan(plan: Plan, fallback: Plan, label: str) -> Plan:
+    """``plan`` with the non-finite guard: requests holding NaN or Inf run ``fallback`` (a
+    copy of it, its steps without their rejected candidates, its provenance naming
+    ``label``), every other request ``plan`` (:mod:`dispatch.guard`)."""
+    fb = Plan(graph=fallback.graph,
+              steps=[dataclasses.replace(s, rejected=[]) for s in fallback.steps],
+              conversions=list(fallback.conversions),
+              provenance={k: v for k, v in fallback.provenance.items()
+                          if k not in ("validated", "winner")} | {"label": label},
+              version=fallback.version)
+    return dataclasses.replace(plan, provenance=dict(plan.provenance, nonfinite_guard={
+        "fallback": label}), nonfinite_fallback=fb)
+
+
+def guard_cost_s(graph: Graph, seed: int, repeats: int = 20) -> float:
+    """What the guard's check costs per run on ``graph``'s inputs (seconds, the best of
+    ``repeats``; feeds of the validation's kind, all finite: the whole check runs)."""
+    from tuner.validate import _random_feeds
+
+    feeds = _random_feeds(graph, seed)
+    names = [v.name for v in graph.inputs if v.dtype is not None and np.dtype(v.dtype).kind in "fc"]
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        has_nonfinite(feeds, names)
+        best = min(best, time.perf_counter() - t0)
+    return 0.0 if not names else best
+
+
 def nonfinite_winner(graph: Graph, registry: Registry, plans: Sequence[PlanCandidate],
                      reference_plan: Plan, opts: Any,
                      choose: Callable[[Sequence[PlanCandidate], Any], PlanCandidate],
                      ) -> tuple[PlanCandidate, str]:
     """The winner ``choose(plans, opts)`` picks among the validated ``plans``, run end to end
-    on feeds holding NaN and infinities (:func:`special_feeds`) against ``reference_plan``:
-    one that differs there gets its error and the next winner is picked, until one agrees
-    (only the plans that could win are run). With ``opts.allow_nonstrict_nan`` nothing is
-    checked. Returns the winner and one line for the tuning summary saying what was done."""
+    on feeds holding NaN and infinities (:func:`special_feeds`) against ``reference_plan``.
+
+    With the guard (``opts.nonfinite_guard``, the default), a winner that differs there keeps
+    winning as a *guarded* plan (:func:`guarded_plan`): its fallback is the plan ``choose``
+    would pick among the others that agree (checked the same way, only as many as needed), or
+    ``reference_plan`` when none does; the guarded plan is then checked end to end on those
+    feeds (it must agree, else it is rejected), and the guard's measured cost
+    (:func:`guard_cost_s`) is added to its latency before the choice is made again, so the
+    guard is paid for in the comparison. Without the guard, a winner that differs gets its
+    error and the next winner is picked, until one agrees. With ``opts.allow_nonstrict_nan``
+    nothing is checked. Returns the winner and one line for the tuning summary saying what
+    was done."""
     if getattr(opts, "allow_nonstrict_nan", False):
         return choose(plans, opts), ("not checked (--allow-nonstrict-nan): the plan may give "
                                      "finite outputs where the reference gives NaN or Inf")
@@ -243,7 +286,29 @@ def nonfinite_winner(graph: Graph, registry: Registry, plans: Sequence[PlanCandi
             reference = None
     if reference is None:
         return choose(plans, opts), "no float input: nothing to check on NaN/Inf inputs"
-    rejected = []
+    use_guard = getattr(opts, "nonfinite_guard", True)
+    verdicts: dict[int, str | None] = {}
+
+    def differs(pc: PlanCandidate) -> str | None:
+        if id(pc) not in verdicts:
+            verdicts[id(pc)] = plan_error(graph, registry, pc.plan, feeds, reference)
+        return verdicts[id(pc)]
+
+    def fallback_for(win: PlanCandidate) -> tuple[Plan, str]:
+        others = [pc for pc in plans if pc is not win and pc.error is None]
+        while others:
+            try:
+                pick = choose(others, opts)
+            except TuningError:
+                break
+            if differs(pick) is None:
+                return pick.plan, pick.label
+            others.remove(pick)
+        return reference_plan, "the numpy reference"
+
+    rejected: list[str] = []
+    guarded: dict[int, str] = {}
+    cost_s: float | None = None
     while True:
         try:
             win = choose(plans, opts)
@@ -252,11 +317,32 @@ def nonfinite_winner(graph: Graph, registry: Registry, plans: Sequence[PlanCandi
                 raise
             raise TuningError(f"{exc} (--allow-nonstrict-nan accepts plans that differ on "
                               f"NaN/Inf inputs)") from None
-        why = plan_error(graph, registry, win.plan, feeds, reference)
+        if id(win) in guarded:
+            break  # still the winner with the guard's cost counted
+        why = differs(win)
         if why is None:
             break
+        if use_guard:
+            fallback, label = fallback_for(win)
+            plan = guarded_plan(win.plan, fallback, label)
+            still = plan_error(graph, registry, plan, feeds, reference)
+            if still is None:
+                if cost_s is None:
+                    cost_s = guard_cost_s(graph, opts.seed)
+                plan.provenance["nonfinite_guard"]["check_us"] = round(cost_s * 1e6, 1)
+                win.plan, guarded[id(win)] = plan, label
+                if win.latency_ms is not None:
+                    win.latency_ms += cost_s * 1e3
+                continue
+            why = f"{why}; guarded by {label}: {still}"
         win.error = why
         rejected.append(win.label)
-    return win, ("candidates and the winner checked against the reference on inputs with NaN "
-                 "and +-Inf" + (f"; rejected for differing there: {', '.join(rejected)}"
-                                if rejected else ""))
+    what = ("the winner checked against the reference on inputs with NaN and +-Inf"
+            if use_guard else
+            "candidates and the winner checked against the reference on inputs with NaN and +-Inf")
+    if id(win) in guarded:
+        what += (f"; {win.label}, guarded: NaN/Inf inputs run {guarded[id(win)]} (the guard's "
+                 f"check: {cost_s * 1e6:.0f} us per run, counted in its latency)")
+    if rejected:
+        what += f"; rejected for differing there: {', '.join(rejected)}"
+    return win, what

@@ -87,7 +87,9 @@ def _measure_all(
                 out.measured += 1
             if bar is not None:
                 bar.update(1)
-    if not opts.allow_nonstrict_nan:  # and on NaN/Inf inputs, in the stage's time left
+    # and on NaN/Inf inputs, in the stage's time left, when a candidate that differs there
+    # must lose: with the non-finite guard the winner is checked (and guarded) end to end
+    if not opts.allow_nonstrict_nan and not opts.nonfinite_guard:
         check_measured(registry, groups, order, out.by_signature, store, hw, sw, opts.seed,
                        deadline)
     return out

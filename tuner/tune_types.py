@@ -44,6 +44,10 @@ class TuneOptions:
     #: let candidates and plans differ from the reference on NaN/Inf inputs (skips the checks
     #: of :mod:`tuner.nonfinite`); the plan key's objective then ends in ``+nonstrict-nan``
     allow_nonstrict_nan: bool = False
+    #: a winner that differs from the reference on NaN/Inf inputs is kept, guarded: requests
+    #: holding NaN or Inf run a plan that agrees (:func:`tuner.nonfinite.nonfinite_winner`);
+    #: ``False``: such candidates and plans are rejected instead (the strict check alone)
+    nonfinite_guard: bool = True
 
 
 @dataclass

@@ -1,10 +1,12 @@
 """NaN/Inf semantics of tuned plans (:mod:`tuner.nonfinite`).
 
 A FAKE backend whose Relu is ``max(x, 0)`` the way oneDNN and OpenVINO compute it
-(``Relu(NaN) = 0``) agrees with the reference on finite inputs. By default the tuner must
-reject it (its candidates and the plans using it), so the tuned plan puts NaN and Inf where the
-reference does; with ``allow_nonstrict_nan`` it may use it, and the plan is then stored under
-an objective that says so (``latency+nonstrict-nan``), which a default Session never picks.
+(``Relu(NaN) = 0``) agrees with the reference on finite inputs. Without the non-finite guard
+(``nonfinite_guard=False``) the tuner must reject it (its candidates and the plans using it),
+so the tuned plan puts NaN and Inf where the reference does; by default the plan using it is
+kept, guarded (``tests/tuner/test_guard.py``); with ``allow_nonstrict_nan`` it may use it
+unguarded, and the plan is then stored under an objective that says so
+(``latency+nonstrict-nan``), which a default Session never picks.
 The real libraries' differences (OpenVINO's Relu, onnxruntime's MaxPool) are checked to be
 caught as well, where those backends are installed.
 """
@@ -141,9 +143,9 @@ def test_objectives_name_nonstrict_nan():
 # ------------------------------------------------------------------------------------------
 
 
-def test_by_default_the_tuned_plan_keeps_the_references_nan_and_inf(tmp_path, reg):
+def test_without_the_guard_the_tuned_plan_keeps_the_references_nan_and_inf(tmp_path, reg):
     store = PlanStore(tmp_path / "plans.sqlite")
-    result = tune(relu_model(), store=store, options=_opts(), registry=reg)
+    result = tune(relu_model(), store=store, options=_opts(nonfinite_guard=False), registry=reg)
     assert result.key.objective == "latency"
     assert "nanless" not in result.plan.backends_used()
     # the untuned plan (nanless first) runs its Relus on the FAKE backend: it never wins (it
@@ -157,7 +159,7 @@ def test_by_default_the_tuned_plan_keeps_the_references_nan_and_inf(tmp_path, re
     verdicts = [r for r in store.db.query(
         "SELECT * FROM measurements WHERE signature LIKE ?", [VERDICT_PREFIX + "%"])]
     assert any(v["candidate"].startswith("Relu.nanless") and v["error"] for v in verdicts)
-    again = tune(relu_model(), store=store, options=_opts(), registry=reg)
+    again = tune(relu_model(), store=store, options=_opts(nonfinite_guard=False), registry=reg)
     assert again.stats["measured"] == 0 and "nanless" not in again.plan.backends_used()
     # the stored plan, run on NaN/Inf feeds, gives the reference's NaN and Inf
     graph = load_graph(relu_model(), reg, ["nanless", "numpy"])
@@ -170,7 +172,7 @@ def test_by_default_the_tuned_plan_keeps_the_references_nan_and_inf(tmp_path, re
     store.close()
 
 
-def test_a_winner_that_differs_on_nan_is_rejected_for_the_next(reg):
+def test_without_the_guard_a_winner_that_differs_on_nan_is_rejected_for_the_next(reg):
     from dispatch.heuristic import heuristic_plan
     from tuner.nonfinite import nonfinite_winner
     from tuner.tune_types import PlanCandidate
@@ -182,7 +184,8 @@ def test_a_winner_that_differs_on_nan_is_rejected_for_the_next(reg):
     slow = PlanCandidate("numpy plan", heuristic_plan(graph, reg, ["numpy"]), None,
                          latency_ms=2.0, spread_ms=0.0, peak_bytes=1, samples=5, baseline=True)
     assert "nanless" in fast.plan.backends_used()
-    win, line = nonfinite_winner(graph, reg, [fast, slow], slow.plan, _opts(), _winner)
+    win, line = nonfinite_winner(graph, reg, [fast, slow], slow.plan,
+                                 _opts(nonfinite_guard=False), _winner)
     assert win is slow and fast.error.startswith(WRONG) and "where the reference gives nan" in fast.error
     assert line.endswith("rejected for differing there: nanless plan")
     fast.error = None

@@ -229,6 +229,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         backends=backends,
         progress=not args.no_progress,
         allow_nonstrict_nan=args.allow_nonstrict_nan,
+        nonfinite_guard=not args.no_nonfinite_guard,
     )
     from dispatch.backend import load_registry
 
@@ -338,9 +339,14 @@ def build_parser() -> argparse.ArgumentParser:
                         "the ones given are sized from them")
     t.add_argument("--allow-nonstrict-nan", action="store_true",
                    help="let the plan differ from the reference on NaN/Inf inputs (e.g. oneDNN's "
-                        "Relu(NaN) = 0); by default every candidate and plan must put NaN and "
-                        "Inf where the reference does. The plan is stored under the objective "
-                        "OBJECTIVE+nonstrict-nan: run it with --objective latency+nonstrict-nan")
+                        "Relu(NaN) = 0), with no guard; by default the plan puts NaN and Inf "
+                        "where the reference does (a fast plan that differs there is guarded: "
+                        "requests holding NaN or Inf run a plan that agrees). The plan is stored "
+                        "under the objective OBJECTIVE+nonstrict-nan: run it with --objective "
+                        "latency+nonstrict-nan")
+    t.add_argument("--no-nonfinite-guard", action="store_true",
+                   help="no guarded plans: candidates and plans that differ from the reference "
+                        "on NaN/Inf inputs are rejected instead")
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
     t.set_defaults(fn=cmd_tune)
 
