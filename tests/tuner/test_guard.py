@@ -24,6 +24,7 @@ from dispatch.plan import Plan
 from dispatch.plan_check import validate_plan
 from tests.tuner.test_nonfinite import _opts, _positions_match, reg, relu_model  # noqa: F401
 from tuner.nonfinite import WRONG, guarded_plan, nonfinite_winner, special_feeds
+from tuner.report import build_report, render_text
 from tuner.store import PlanStore, validate_bundle
 from tuner.tune import load_graph, tune
 from tuner.tune_types import PlanCandidate
@@ -148,6 +149,9 @@ def test_a_tuned_guarded_plan_round_trips_through_the_store_and_a_bundle(tmp_pat
     graph = load_graph(relu_model(), reg, BACKENDS)
     feeds = special_feeds(graph, 3)
     ref = _reference(graph, reg, feeds)[0]
+    rep = build_report(result.plan, graph, store=store, registry=reg)
+    assert rep.summary["nonfinite_guard"] == result.plan.guard_label()
+    assert "guarded: NaN/Inf inputs run" in render_text(rep)
     bundle = json.loads(json.dumps(store.export_plans()))
     validate_bundle(bundle)
     store.close()

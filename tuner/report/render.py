@@ -29,6 +29,8 @@ def summary_rows(s: Mapping[str, Any]) -> list[tuple[str, str]]:
     rows.append(("objective", objective + (
         " (NaN/Inf semantics not checked: outputs may be finite where the reference gives NaN "
         "or Inf)" if objective.endswith("+nonstrict-nan") else "")))
+    if s.get("nonfinite_guard"):
+        rows.append(("NaN/Inf guard", f"guarded: NaN/Inf inputs run {s['nonfinite_guard']}"))
     lat = s.get("latency_ms")
     rows.append(("total latency", f"{fmt_ms(lat)} ms (spread {fmt_ms(s.get('latency_spread_ms'))}),"
                                   f" {s.get('latency_basis')}" if lat is not None

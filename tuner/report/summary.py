@@ -77,6 +77,8 @@ def summarise(src: Sources, table: pd.DataFrame, times: list[dict[str, Any]],
         "vs_heuristic": _vs_heuristic(src, validated, winner_label, latency),
         "vs_single_backend": _vs_single_backends(src, total_parts),
         "store": str(src.store.path) if src.store is not None else None,
+        # the non-finite guard (dispatch.guard): what runs requests holding NaN or Inf
+        "nonfinite_guard": plan.guard_label(),
     }
     return s
 
