@@ -12,6 +12,7 @@ measure against the default build; the plan names the variant, so it records the
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -22,6 +23,7 @@ from dispatch.fusion import FusedNode
 from dispatch.graph import Graph, Node
 from dispatch.registry import ImplTable, Priority
 from impls import region_quirks, regions
+from impls.region_profile import MemoryProbe
 from impls.regions import _cut_points as _cut_points  # re-exported: tests import it from here
 from impls.regions import _cut_value as _cut_value
 from impls.regions import region_model, region_reason, static_node_reason
@@ -91,12 +93,21 @@ def node_reason(node: Node) -> str | None:
 OPTIMIZATION_LEVELS = ("all", "extended")
 
 
-def session(region: FusedNode, optimization: str = "all"):
+def session(region: FusedNode, optimization: str = "all", profile_dir: str | None = None):
     """An InferenceSession for ``region`` (graph optimisation ``optimization``, one of
-    :data:`OPTIMIZATION_LEVELS`; the configured threads)."""
+    :data:`OPTIMIZATION_LEVELS`; the configured threads). With ``profile_dir``, the session
+    profiles its runs and writes its optimised model there (:mod:`impls.onnxruntime.profile`)."""
     import onnxruntime as ort
 
     so = ort.SessionOptions()
+    if profile_dir is not None:
+        so.enable_profiling = True
+        so.profile_file_prefix = os.path.join(profile_dir, "ort")
+        so.optimized_model_filepath = os.path.join(profile_dir, "optimized.onnx")
+        so.add_session_config_entry("session.optimized_model_external_initializers_file_name",
+                                    "optimized.bin")
+        so.add_session_config_entry(
+            "session.optimized_model_external_initializers_min_size_in_bytes", "1024")
     so.graph_optimization_level = {
         "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
         "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
@@ -144,7 +155,7 @@ def build_region(region: FusedNode):
     ``InferenceSession.run_with_iobinding`` may be called from several threads at once, an
     IO binding may not (it holds one run's inputs and outputs), so each thread binds through
     its own."""
-    return _bound_run(session(region), region)
+    return _bound_run(region, lambda: session(region))
 
 
 @impls.register_region("session_extended", propose=propose_large, priority=Priority.FALLBACK,
@@ -152,11 +163,30 @@ def build_region(region: FusedNode):
 def build_region_extended(region: FusedNode):
     """A large region as one onnxruntime InferenceSession without the layout optimisations
     (no NCHWc transformer); a settings variant the tuner measures, never the untuned choice."""
-    return _bound_run(session(region, "extended"), region)
+    return _bound_run(region, lambda: session(region, "extended"))
 
 
-def _bound_run(sess: Any, region: FusedNode) -> Callable[..., tuple[np.ndarray, ...]]:
-    """The region's run function over ``sess``, with one IO binding per calling thread."""
+def _first_run(pending: list[bool]) -> bool:
+    """Whether this call is the first run (``pending`` holds one ``True`` until it is taken;
+    of threads racing for it, one wins)."""
+    try:
+        return pending.pop()
+    except IndexError:
+        return False
+
+
+def _bound_run(region: FusedNode, make: Callable[[], Any]) -> Callable[..., tuple[np.ndarray, ...]]:
+    """The region's run function over the session ``make()`` creates, with one IO binding per
+    calling thread. Its ``library_bytes`` attribute is what onnxruntime allocated while the
+    session was created and first run (:class:`impls.region_profile.MemoryProbe`; the initial
+    figure covers the creation alone), which the plan's peak memory counts."""
+    import onnxruntime  # noqa: F401  (loaded before the probe: the library's code is not its data)
+
+    probe = MemoryProbe().start()
+    sess = make()
+    created = probe.stop() or 0
+    pending = [True]  # the first run is measured too (the arena grows to its high water)
+    out_bytes = sum(v.nbytes for v in region.outputs)  # counted by the plan, not the library
     in_names = [v.name for v in region.inputs]
     out_names = [v.name for v in region.outputs]
     local = threading.local()
@@ -169,9 +199,16 @@ def _bound_run(sess: Any, region: FusedNode) -> Callable[..., tuple[np.ndarray, 
             binding.bind_cpu_input(name, np.require(a, requirements="C"))  # keeps 0-d arrays 0-d
         for name in out_names:
             binding.bind_output(name, "cpu")
-        sess.run_with_iobinding(binding)
+        if _first_run(pending):
+            first = MemoryProbe().start()
+            sess.run_with_iobinding(binding)
+            grown = max(0, (first.stop() or 0) - out_bytes)
+            run.library_bytes = created + grown  # type: ignore[attr-defined]
+        else:
+            sess.run_with_iobinding(binding)
         return tuple(o.numpy() for o in binding.get_outputs())
 
+    run.library_bytes = created  # type: ignore[attr-defined]
     return run
 
 
