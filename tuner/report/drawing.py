@@ -20,6 +20,7 @@ from typing import Any
 from dispatch.fusion import step_node
 from dispatch.registry import STANDARD
 from tuner.report.data import ReportData, fmt_ms, is_known, shape_text
+from tuner.report.library import LIBRARY_MARK, is_library_source
 
 BACKEND_COLOURS = {
     "numpy": "#4C72B0",
@@ -67,7 +68,9 @@ def _drawing(rep: ReportData) -> _Drawing:
         step = plan.steps[k]
         ids[n.name] = f"n{len(ids)}"
         ms = times.loc[n.name, "median_ms"] if n.name in times.index else None
-        timing = f"\n{fmt_ms(ms)} ms" if is_known(ms) else ""
+        mark = LIBRARY_MARK if n.name in times.index and is_library_source(
+            times.loc[n.name, "time_source"]) else ""
+        timing = f"\n{fmt_ms(ms)} ms{mark}" if is_known(ms) else ""
         nodes.append({"id": ids[n.name], "label": f"{n.name}\n{n.op_type} · {step.backend}{timing}",
                       "kind": "node", "backend": step.backend, "step": k,
                       "title": f"{n.name} ({n.op_type}) step {k}: {step.impl} [{step.backend}] "
@@ -294,7 +297,9 @@ def _chart_data(rep: ReportData) -> list[tuple[str, float, str]]:
     for r in rep.table.itertuples(index=False):
         if not is_known(r.median_ms) or r.when != "run":
             continue
-        if r.kind == "node":
+        if r.kind == "node" and is_library_source(r.time_source):
+            out.append((f"{r.step} {r.name}{LIBRARY_MARK}", float(r.median_ms), r.backend))
+        elif r.kind == "node":
             out.append((f"{r.step} {r.step_nodes}", float(r.median_ms), r.backend))
         else:
             out.append((str(r.name), float(r.median_ms), "(converter)"))

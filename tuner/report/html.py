@@ -12,7 +12,8 @@ from typing import Any
 
 from tuner.report.data import ReportData, fmt_delta, fmt_ms, fmt_share
 from tuner.report.drawing import CONVERTER_COLOUR, backend_colour, graph_svg, time_chart_svg
-from tuner.report.render import summary_rows, validated_rows
+from tuner.report.library import LIBRARY_MARK, is_library_source
+from tuner.report.render import library_legend, summary_rows, validated_rows
 
 _CSS = """
 body{font-family:Helvetica,Arial,sans-serif;margin:24px;color:#222;font-size:13px}
@@ -66,6 +67,9 @@ def render_html(rep: ReportData, *, details: bool = False) -> str:
                      f'src="data:image/svg+xml;base64,{uri}">')
     else:
         parts.append('<p class="muted">no measured times to chart</p>')
+    legend_lib = library_legend(rep).lstrip("; ")
+    if legend_lib:
+        parts.append(f'<p class="muted" id="library-times">{e(legend_lib)}</p>')
     parts.append("<h2>Steps</h2><table><tr>" + "".join(
         f"<th>{e(h)}</th>" for h in ("#", "node", "op", "shapes", "implementation", "settings", "backend",
                                      "layouts in → out", "median ms", "spread", "share",
@@ -84,7 +88,8 @@ def render_html(rep: ReportData, *, details: bool = False) -> str:
         parts.append(
             f"<tr{cls}>{_td(idx, True)}{_td(r.name)}{_td(r.op)}{_td(r.shapes)}{_td(r.impl)}"
             f"{_td(r.settings)}{_td(r.backend)}{_td(f'{r.layouts_in} → {r.layouts_out}')}"
-            f"{_td(fmt_ms(r.median_ms), True)}{_td(fmt_ms(r.spread_ms), True)}"
+            f"{_td(fmt_ms(r.median_ms) + (LIBRARY_MARK if is_library_source(r.time_source) else ''), True)}"
+            f"{_td(fmt_ms(r.spread_ms), True)}"
             f"{_td(fmt_share(r.share), True)}{_td(r.runner_up)}{_td(fmt_ms(r.runner_up_ms), True)}"
             f"{_td(fmt_delta(r.runner_up_delta_ms), True)}<td>{rej}</td></tr>")
     parts.append("</table>")

@@ -14,6 +14,7 @@ from typing import Any
 
 from tuner.busy import BUSY_SHARE
 from tuner.report.data import ReportData, fmt_bytes, fmt_delta, fmt_ms, fmt_share, is_known
+from tuner.report.library import LIBRARY_MARK, is_library_source
 from tuner.tables import aligned, terminal_width
 
 
@@ -51,7 +52,7 @@ def summary_rows(s: Mapping[str, Any]) -> list[tuple[str, str]]:
     rows.append(("time per backend", "; ".join(
         f"{b}: {fmt_ms(ms)} ms, {steps.get(b, 0)} step(s), {nodes.get(b, 0)} node(s)"
         for b, ms in per.items()) or "-"))
-    rows.append(("peak memory", fmt_bytes(s.get("peak_bytes")) + " (executor liveness plan)"
+    rows.append(("peak memory", fmt_bytes(s.get("peak_bytes")) + f" ({s.get('peak_basis') or 'executor liveness plan'})"
                  if is_known(s.get("peak_bytes")) else "not known"))
     vh = s.get("vs_heuristic") or {}
     rows.append(("vs heuristic plan", f"{vh['speedup']:.2f}x ({fmt_ms(vh.get('heuristic_ms'))} ms; "
@@ -117,6 +118,17 @@ def summary_rows(s: Mapping[str, Any]) -> list[tuple[str, str]]:
     return rows
 
 
+def library_legend(rep: ReportData) -> str:
+    """``"; * = ..."``: what the mark on a time from a library's profiler means (``""`` when
+    no row has one)."""
+    libs = sorted({str(r.backend) for r in rep.table.itertuples(index=False)
+                   if is_library_source(r.time_source)})
+    if not libs:
+        return ""
+    return (f"; {LIBRARY_MARK} = per-node time inside a region from the library's own profiler "
+            f"({', '.join(libs)}), scaled to the region's measured time")
+
+
 def _step_table_rows(rep: ReportData) -> list[list[str]]:
     """The steps and converters in execution order, header first."""
     header = ["#", "node", "op", "shapes", "implementation", "settings", "backend",
@@ -135,6 +147,8 @@ def _step_table_rows(rep: ReportData) -> list[list[str]]:
             idx = str(r.step)
         median = fmt_ms(r.median_ms) if r.kind == "converter" or is_known(r.median_ms) or not str(
             r.time_source).startswith("in step") else f"(step {r.step})"
+        if is_library_source(r.time_source):
+            median += LIBRARY_MARK
         out.append([
             idx, r.name if r.kind == "node" else f"[{r.name}]", r.op, r.shapes, r.impl,
             r.settings or "-", r.backend,
@@ -258,7 +272,7 @@ def render_text(rep: ReportData, *, rejected: bool = False, wide: bool = False,
         numeric = (8, 9, 10, 12, 13)
     heading = ("Steps in execution order (converters in [brackets]; b = converted at build "
                "time; share = of the sum of parts" + ("; --wide for every column" if fit else "")
-               + "):")
+               + library_legend(rep) + "):")
     parts += ["", *(textwrap.wrap(heading, fit) if fit else [heading]), ""]
     parts.append(aligned(steps, max_width=40, numeric=numeric, width=fit, fixed=(0, 1)))
     if rep.summary.get("validated"):
@@ -298,7 +312,7 @@ def render_markdown(rep: ReportData, *, details: bool = False) -> str:
     parts.append(markdown_table([["", ""], *summary_rows(rep.summary)]))
     if rep.notes:
         parts += [""] + [f"- note: {n}" for n in rep.notes]
-    parts += ["", "## Steps", ""]
+    parts += ["", "## Steps", ""] + ([library_legend(rep).lstrip("; "), ""] if library_legend(rep) else [])
     parts.append(markdown_table(_step_table_rows(rep), numeric=(8, 9, 10, 12, 13)))
     if rep.summary.get("validated"):
         parts += ["", "## Plans validated end to end", ""]

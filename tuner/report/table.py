@@ -33,6 +33,13 @@ from tuner.report.data import (
 )
 from tuner.report.explain import explain_node
 from tuner.report.html import render_html
+from tuner.report.library import (
+    memory_figures,
+    node_times,
+    profile_note,
+    region_profiles,
+    source_text,
+)
 from tuner.report.render import render_json, render_markdown, render_text, summary_rows
 from tuner.report.sources import Sources, opened_store
 from tuner.report.summary import summarise
@@ -98,6 +105,7 @@ def build_report(
     registry: Registry | None = None,
     stored: StoredPlan | None = None,
     key: PlanKey | None = None,
+    profile_regions: bool = True,
 ) -> PlanReport:
     """A :class:`PlanReport` of ``plan``.
 
@@ -114,6 +122,9 @@ def build_report(
         key: the plan key whose hardware and software digests the measurements are looked up
             under (default: ``stored``'s key, else the plan's provenance). Give it for an
             untuned plan to use this machine's measurements.
+        profile_regions: profile library regions the plan carries no profile of, here (a
+            session built and run a few times per region, cached per process), for their
+            per-node times and library memory (:mod:`tuner.report.library`).
     """
     if not isinstance(plan, Plan) and hasattr(plan, "plan") and hasattr(plan, "graph"):
         session = plan
@@ -127,13 +138,14 @@ def build_report(
         raise ReportError(f"a report needs a dispatch.plan.Plan or a Session, received "
                           f"{type(plan).__name__}")
     with opened_store(store) as opened:
-        return _build(Sources(plan, graph, opened, registry, stored, key))
+        return _build(Sources(plan, graph, opened, registry, stored, key), profile_regions)
 
 
-def _build(src: Sources) -> PlanReport:
+def _build(src: Sources, profile_regions: bool = True) -> PlanReport:
     """The report of ``src``'s plan (see :func:`build_report`)."""
     plan, graph = src.plan, src.graph
     times = src.step_times()
+    profiles = region_profiles(src, profile_regions)
     conv_times = src.conversion_times()
     alts = find_alternatives(src, times)
     kernel_ms = [t["median_ms"] for t in times]
@@ -176,10 +188,15 @@ def _build(src: Sources) -> PlanReport:
                 add_conversion(k)
         t = times[s]
         runner = runner_up(step, alts, t["median_ms"])
+        prof = profiles.get(s)
+        lib = node_times(prof, t["median_ms"]) if prof is not None else {}
+        if prof is not None:
+            src.notes.append(profile_note(s, prof, t["median_ms"]))
         for j, name in enumerate(step.nodes):
             node = by_node.get(name)
             mine = alts.get(name, [])
             first = j == 0
+            ms = lib[name] if name in lib else (t["median_ms"] if first else None)
             rows.append({
                 "kind": "node", "step": s, "name": name,
                 "op": node.op_type if node is not None else (step.op if len(step.nodes) == 1 else ""),
@@ -188,11 +205,12 @@ def _build(src: Sources) -> PlanReport:
                 "settings": _settings_text(src, step.impl), "backend": step.backend,
                 "layouts_in": ",".join(step.layouts_in), "layouts_out": ",".join(step.layouts_out),
                 "when": "run",
-                "median_ms": t["median_ms"] if first else None,
-                "spread_ms": t["spread_ms"] if first else None,
+                "median_ms": ms,
+                "spread_ms": t["spread_ms"] if first and prof is None else None,
                 "samples": t["samples"] if first else None,
-                "share": share_of(t["median_ms"], total_parts) if first else None,
-                "time_source": t["source"] if first else f"in step {s} ({step.nodes[0]})",
+                "share": share_of(ms, total_parts),
+                "time_source": (source_text(prof, t["median_ms"], name) if prof is not None else
+                                t["source"] if first else f"in step {s} ({step.nodes[0]})"),
                 "runner_up": runner[0] if first else "",
                 "runner_up_backend": runner[1] if first else "",
                 "runner_up_ms": runner[2] if first else None,
@@ -218,6 +236,9 @@ def _build(src: Sources) -> PlanReport:
     for col in ("median_ms", "compare_ms", "plan_ms", "delta_ms"):
         rejections[col] = pd.to_numeric(rejections[col], errors="coerce").astype("float64")
     summary = summarise(src, table, times, conv_times, total_parts)
+    memory = memory_figures(src, summary.get("peak_bytes"), profiles)
+    summary.update(peak_liveness_bytes=summary.get("peak_bytes"), peak_bytes=memory["peak_bytes"],
+                   peak_basis=memory.get("basis"), memory=memory)
     return PlanReport(plan, graph, table, rejections, summary, alts, list(src.notes))
 
 
