@@ -191,7 +191,12 @@ def test_plans_export_import_round_trip(store, tmp_path, models, reg, tuned_stor
     other = tmp_path / "other" / "plans.sqlite"
     res = cli("plans", "import", str(bundle), "--store", str(other))
     assert res.returncode == 0, res.stderr
-    assert "imported 1 plan(s)" in res.stdout and "usable here: yes" in res.stdout
+    assert "imported 1 new plan(s); 0 already in the store" in res.stdout, res.stdout
+    assert "usable here: yes" in res.stdout
+    # the same bundle again: nothing new, and the message says so
+    res = cli("plans", "import", str(bundle), "--store", str(other))
+    assert res.returncode == 0, res.stderr
+    assert "imported 0 new plan(s); 1 already in the store" in res.stdout, res.stdout
     with PlanStore(other, readonly=True) as s:
         assert s.count_measurements() == 0 and s.runs() == []
     sess = Session(str(models["small"]), registry=reg, store=other, require_plan=True)

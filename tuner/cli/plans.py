@@ -259,6 +259,12 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _stored_plan_json(store: Any, digest: str) -> str | None:
+    """The plan JSON stored under key ``digest``, else ``None``."""
+    rows = list(store.db.query("SELECT plan_json FROM plans WHERE key_digest = ?", [digest]))
+    return str(rows[0]["plan_json"]) if rows else None
+
+
 def cmd_import(args: argparse.Namespace) -> int:
     """Insert the plans of a bundle into the store (created if missing)."""
     from tuner.fingerprint import hardware_fingerprint
@@ -266,11 +272,17 @@ def cmd_import(args: argparse.Namespace) -> int:
 
     src = Path(args.bundle)
     bundle = read_json(src, "plan bundle")
-    validate_bundle(bundle)  # before the store is opened (and perhaps created)
+    entries = validate_bundle(bundle)  # before the store is opened (and perhaps created)
     with PlanStore(store_path(args.store)) as store:
+        before = [_stored_plan_json(store, e["key"].digest()) for e in entries]
         ids = store.import_plans(bundle)
         registry, hardware = _registry(), hardware_fingerprint()
-        print(f"imported {len(ids)} plan(s) from {src} into {store.path}")
+        same = sum(1 for e, old in zip(entries, before) if old == e["plan_json"])
+        replaced = sum(1 for e, old in zip(entries, before) if old is not None and old != e["plan_json"])
+        new = len(ids) - same - replaced
+        print(f"imported {new} new plan(s)"
+              + (f", replaced {replaced} stored under the same key" if replaced else "")
+              + f"; {same} already in the store; from {src} into {store.path}")
         unusable = 0
         for plan_id in ids:
             p = store.plan_by_id(plan_id)
