@@ -11,6 +11,7 @@ to an exported ``.onnx`` with one float input, e.g. ``bench/models/export.py vit
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -42,21 +43,30 @@ def _feeds(shape: list[int], kind: str, seed: int = 5) -> np.ndarray:
 
 
 def _check(model, tmp_path: Path, budget_s: float, backends: list[str] | None = None,
-           nonstrict: bool = False) -> list[str]:
+           nonstrict: bool = False, tuned_out: list | None = None) -> list[str]:
     """Tune ``model``; the feed kinds on which the stored plan's NaN/Inf positions differ
-    from the reference's."""
+    from the reference's (the tuning result and the stored plan's executor, after those
+    runs, appended to ``tuned_out``). Finite feeds must give the fast plan's outputs."""
     reg = load_registry()
     if backends is not None:
         backends = [b for b in backends if reg.backends.get(b) and reg.backends[b].available]
-    result = tune(model, store=tmp_path / "plans.sqlite", registry=reg,
+    store = tmp_path / ("lenient.sqlite" if nonstrict else "plans.sqlite")
+    result = tune(model, store=store, registry=reg,
                   options=TuneOptions(budget_s=budget_s, progress=False, backends=backends,
                                       allow_nonstrict_nan=nonstrict))
     assert result.key.objective == ("latency+nonstrict-nan" if nonstrict else "latency")
     graph = load_graph(model, reg, reg.available_backends())
-    tuned = Executor(graph, result.plan, reg)
+    stored = Session(model, registry=reg, store=store, backends=backends,
+                     objective=result.key.objective)
+    assert stored.plan_source == "store" and stored.plan == result.plan, stored.plan_note
+    tuned = stored.executor
     ref = Session(model, registry=reg, store=False, backends=["numpy"])
     (inp,) = [i for i in ref.get_inputs()]
     shape = [d if isinstance(d, int) else 1 for d in inp.shape]
+    finite = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+    fast = Executor(graph, replace(result.plan, nonfinite_fallback=None), reg)
+    assert np.array_equal(tuned.run({inp.name: finite})[0], fast.run({inp.name: finite})[0])
+    assert tuned.guard is None or not tuned.guard.built  # finite feeds: the fast plan only
     differ = []
     with np.errstate(all="ignore"):
         for kind in KINDS:
@@ -65,6 +75,8 @@ def _check(model, tmp_path: Path, budget_s: float, backends: list[str] | None = 
             b = tuned.run({inp.name: x})[0]
             if not all(np.array_equal(f(a), f(b)) for f in (np.isnan, np.isposinf, np.isneginf)):
                 differ.append(kind)
+    if tuned_out is not None:
+        tuned_out += [result, tuned]
     return differ
 
 
@@ -73,12 +85,24 @@ def test_squeezenet_tuned_with_every_backend_keeps_nan_and_inf(tmp_path):
 
 
 def test_squeezenet_tuned_with_openvino_first_keeps_nan_and_inf(tmp_path):
+    """OpenVINO's regions give Relu(NaN) = 0: when an OpenVINO plan is fastest it is stored
+    guarded (NaN/Inf requests run a plan that agrees), so the stored plan keeps the
+    reference's NaN and Inf on all five feed kinds while finite feeds run OpenVINO."""
     reg = load_registry()
     if not (reg.backends.get("openvino") and reg.backends["openvino"].available):
         pytest.skip("OpenVINO is not installed here")
     backends = ["openvino", "native", "numpy"]
-    assert _check(light_model("squeezenet"), tmp_path, 40.0, backends) == []
-    # the control: allowed to differ, the OpenVINO plan wins and drops the NaN
+    out: list = []
+    assert _check(light_model("squeezenet"), tmp_path, 40.0, backends, tuned_out=out) == []
+    result, tuned = out
+    print("\n" + result.summary())
+    if "openvino" in result.plan.backends_used():
+        # an OpenVINO plan won: it must be guarded, and its fallback must not use OpenVINO
+        fb = result.plan.nonfinite_fallback
+        assert fb is not None, result.summary()
+        assert ", guarded: NaN/Inf inputs run " in result.summary()
+        assert tuned.guard is not None and tuned.guard.fallback_runs == len(KINDS)
+    # the control: allowed to differ, the OpenVINO plan wins unguarded and drops the NaN
     assert _check(light_model("squeezenet"), tmp_path, 40.0, backends, nonstrict=True) == list(KINDS)
 
 
