@@ -11,6 +11,9 @@ and reports the seconds of the creation alone and of the first run. The benchmar
 timing is that of the whole child process (Python and library imports included);
 ``extra_info`` holds the medians of the creation and first-run seconds.
 
+Models: every model of the bench set (bench/test_bench_models.py); rounds:
+``OPDISPATCH_BENCH_ROUNDS`` (default 5).
+
     OPDISPATCH_BENCH_BUDGET=30 python -m pytest bench/test_bench_startup.py -q --benchmark-enable --benchmark-json=startup.json
 """
 
@@ -25,18 +28,22 @@ import tempfile
 
 import pytest
 
-from bench.test_bench_models import MODEL_DIR, _path
+from bench.test_bench_models import ALL, _path
 
 pytest.importorskip("onnxruntime", reason="onnxruntime is not installed: it is the baseline")
 
-MODELS = [m for m in ("bvlc_alexnet", "zfnet512", "densenet121", "inception_v1", "resnet50",
-                      "squeezenet", "bert_eager")
-          if m != "bert_eager" or (MODEL_DIR / "bert_eager.onnx").exists()]
+#: the bench set of bench/test_bench_models.py: the exported models found in MODEL_DIR and
+#: onnx's light architectures (``OPDISPATCH_BENCH_LIGHT=0`` leaves those out)
+MODELS = list(ALL)
 BUDGET_S = float(os.environ.get("OPDISPATCH_BENCH_BUDGET", "30"))
-ROUNDS = 5
+ROUNDS = int(os.environ.get("OPDISPATCH_BENCH_ROUNDS", "5"))
 _CACHES = tempfile.mkdtemp(prefix="opdispatch-bench-startup-")
 _ENV = dict(os.environ, OPDISPATCH_GRAPH_CACHE=os.path.join(_CACHES, "graphs"),
             OPDISPATCH_COMPILED_CACHE=os.path.join(_CACHES, "compiled"))
+# An installed package has its bytecode compiled (pip does it at install); an environment with
+# PYTHONDONTWRITEBYTECODE would make every child compile opdispatch's sources from scratch
+# (~0.1 s), which no deployment pays: the warm-up round writes the bytecode.
+_ENV.pop("PYTHONDONTWRITEBYTECODE", None)
 _stores: dict[str, str] = {}
 
 CHILD = r"""

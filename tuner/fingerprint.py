@@ -445,6 +445,18 @@ _HW_LABELS = {
 }
 
 
+def plan_key(graph: Graph, registry: Registry, backends: Sequence[str], objective: str) -> PlanKey:
+    """The key a plan for ``graph`` is stored under on this machine with this software."""
+    return PlanKey(
+        model=model_fingerprint(graph),
+        inputs=input_signature(graph),
+        hardware=hardware_fingerprint(),
+        software=software_fingerprint(registry, backends),
+        objective=objective,
+        family=graph.family,
+    )
+
+
 def _listed(items: Any) -> str:
     return ", ".join(map(str, items)) if items else "none"
 

@@ -24,7 +24,7 @@ from dispatch.onnx_import import ModelLike
 from dispatch.plan_policy import nonstrict_nan, parse_objective
 from dispatch.plan_source import StoredPlanLookup
 from dispatch.registry import Registry
-from tuner.fingerprint import PlanKey
+from tuner.fingerprint import PlanKey, plan_key
 from tuner.plan_lookup import find_plan
 from tuner.store import (
     PlanStore,
@@ -33,7 +33,7 @@ from tuner.store import (
     StoreOutdatedError,
     StoreRecoveredWarning,
 )
-from tuner.tune import TuneOptions, TuneResult, plan_key, tune
+from tuner.tune_types import TuneOptions, TuneResult
 
 #: ``TuneOptions`` fields a Session sets itself (from its objective and backends).
 SESSION_TUNE_FIELDS = ("objective", "memory_cap_bytes", "backends", "budget_s", "allow_nonstrict_nan")
@@ -116,6 +116,8 @@ class StorePlanSource:
         base_options: TuneOptions | None, options: Mapping[str, Any],
     ) -> TuneResult:
         """Tune ``model`` into the store with the Session's objective and backends."""
+        from tuner.tune import tune  # the tuner is imported when a Session tunes, not at start-up
+
         opts = _tune_settings(config, objective, backends, budget_s, base_options, options)
         opened: PlanStore | None = None
         if not isinstance(store, PlanStore) or store.readonly:

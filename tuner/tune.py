@@ -60,11 +60,8 @@ from tuner.candidates import Candidate, enumerate_candidates
 from tuner.fingerprint import (
     PlanKey,
     hardware_digest,
-    hardware_fingerprint,
-    input_signature,
-    model_fingerprint,
+    plan_key,
     software_digest,
-    software_fingerprint,
     usable_cores,
 )
 from tuner.measure import Measurement, reference_overrides
@@ -281,18 +278,6 @@ def objective_key(opts: TuneOptions) -> str:
     if opts.objective not in OBJECTIVES:
         raise TuningError(f"unknown objective {opts.objective!r}; known: {', '.join(OBJECTIVES)}")
     return objective_string(opts.objective, opts.memory_cap_bytes, opts.allow_nonstrict_nan)
-
-
-def plan_key(graph: Graph, registry: Registry, backends: Sequence[str], objective: str) -> PlanKey:
-    """The key a plan for ``graph`` is stored under on this machine with this software."""
-    return PlanKey(
-        model=model_fingerprint(graph),
-        inputs=input_signature(graph),
-        hardware=hardware_fingerprint(),
-        software=software_fingerprint(registry, backends),
-        objective=objective,
-        family=graph.family,
-    )
 
 
 def load_graph(model: ModelLike, registry: Registry, backends: Sequence[str],

@@ -14,7 +14,6 @@ from typing import Any
 
 import numpy as np
 import onnx
-import scipy.special
 
 from dispatch.graph import Node
 from dispatch.registry import Priority
@@ -234,6 +233,21 @@ def _in_float32(fn: Ufunc) -> Ufunc:
     return f
 
 
+def _erf(x: np.ndarray) -> np.ndarray:
+    """scipy.special.erf, imported on first use: scipy.special costs ~0.1 s to import, which a
+    production Session would otherwise pay at start-up for a kernel most plans never run."""
+    from scipy.special import erf
+
+    return erf(x)
+
+
+def _expit(x: np.ndarray) -> np.ndarray:
+    """scipy.special.expit, imported on first use (see :func:`_erf`)."""
+    from scipy.special import expit
+
+    return expit(x)
+
+
 def _relu(x: np.ndarray) -> np.ndarray:
     return np.maximum(x, x.dtype.type(0))
 
@@ -253,7 +267,7 @@ _UNARY: tuple[tuple[str, Ufunc, frozenset[str], str, str], ...] = (
     ("Abs", np.abs, NUMERIC_TYPES, "Abs: np.abs.", "ufunc"),
     ("Reciprocal", np.reciprocal, FLOAT_TYPES, "Reciprocal: np.reciprocal.", "ufunc"),
     ("Relu", _relu, FLOAT_TYPES | SIGNED_TYPES, "Relu: np.maximum(x, 0).", "maximum"),
-    ("Erf", _in_float32(scipy.special.erf), NUMERIC_TYPES, "Erf: scipy.special.erf.", "scipy"),
+    ("Erf", _in_float32(_erf), NUMERIC_TYPES, "Erf: scipy.special.erf.", "scipy"),
     (
         "Sigmoid",
         _in_float32(_sigmoid_stable),
@@ -267,7 +281,7 @@ for _op, _fn, _types, _doc, _variant in _UNARY:
     _register_unary(_op, _fn, _types, _doc, _variant)
 _register_unary(
     "Sigmoid",
-    _in_float32(scipy.special.expit),
+    _in_float32(_expit),
     FLOAT_TYPES,
     "Sigmoid: scipy.special.expit (one C ufunc pass).",
     "expit",
@@ -286,7 +300,7 @@ def _supports_gelu(node: Node) -> str | None:
 
 
 def _gelu_erf(x: np.ndarray) -> np.ndarray:
-    return 0.5 * x * (1 + scipy.special.erf(x * x.dtype.type(1 / math.sqrt(2))))
+    return 0.5 * x * (1 + _erf(x * x.dtype.type(1 / math.sqrt(2))))
 
 
 def _gelu_tanh(x: np.ndarray) -> np.ndarray:

@@ -14,11 +14,12 @@ import sqlite3
 import time
 import warnings
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from sqlite_utils import Database
+if TYPE_CHECKING:
+    from sqlite_utils import Database
 
 from tuner.store.errors import (
     StoreCorruptError,
@@ -106,12 +107,31 @@ class StoreConnection:
             self.recovery = move_damaged_aside(self.path, exc)
             warnings.warn(self.recovery.message, StoreRecoveredWarning, stacklevel=2)
             self._conn = self._open_writable()
-        self.db = Database(self._conn)
+        self._db: Database | None = None
         try:
             self.schema_version = self._check_schema()
         except BaseException:
             self._disconnect(self._conn)
             raise
+
+    @property
+    def db(self) -> Database:
+        """sqlite-utils' view of the connection, for the migrations (sqlite-utils is imported
+        on first use: it imports pandas, ~0.15 s that a production Session looking up its plan
+        would otherwise pay at start-up)."""
+        if self._db is None:
+            from sqlite_utils import Database
+
+            self._db = Database(self._conn)
+        return self._db
+
+    def _query(self, sql: str, params: Sequence[Any] = ()) -> Iterator[dict[str, Any]]:
+        """The rows of ``sql`` as dicts keyed by column name (what ``Database.query`` gives,
+        through the plain connection)."""
+        cursor = self._conn.execute(sql, params)
+        keys = [d[0] for d in cursor.description]
+        for row in cursor:
+            yield dict(zip(keys, row))
 
     # -- opening -----------------------------------------------------------------------
     def _connect(self, target: str, *, uri: bool) -> sqlite3.Connection:
@@ -291,7 +311,7 @@ class StoreConnection:
             self._conn.execute(f"PRAGMA application_id = {int(APPLICATION_ID)}")
 
     def _set_meta(self, key: str, value: str) -> None:
-        self.db.execute(
+        self._conn.execute(
             "INSERT INTO meta (key, value) VALUES (?, ?) "
             "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
             [key, value],
@@ -336,7 +356,7 @@ class StoreConnection:
 
     def meta(self) -> dict[str, str]:
         """The ``meta`` table (schema version, creation time)."""
-        return {r["key"]: r["value"] for r in self.db.query("SELECT key, value FROM meta")}
+        return {r["key"]: r["value"] for r in self._query("SELECT key, value FROM meta")}
 
     def close(self) -> None:
         """Close the connection (the store can no longer be used)."""

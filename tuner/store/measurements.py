@@ -40,7 +40,7 @@ class MeasurementQueries(StoreConnection):
                None if median_s is None else float(median_s),
                None if spread_s is None else float(spread_s), int(samples), error, _now()]
         with self._write("put_measurement"):
-            self.db.execute(
+            self._conn.execute(
                 """INSERT INTO measurements (signature, candidate, hardware_digest,
                        software_digest, median_s, spread_s, samples, error, created_at)
                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
@@ -55,7 +55,7 @@ class MeasurementQueries(StoreConnection):
         self, signature: str, candidate: str, hardware_digest: str, software_digest: str,
     ) -> StoredMeasurement | None:
         """The measurement of ``candidate`` for ``signature`` on this hardware and software."""
-        rows = list(self.db.query(
+        rows = list(self._query(
             "SELECT * FROM measurements WHERE signature = ? AND candidate = ? "
             "AND hardware_digest = ? AND software_digest = ?",
             [signature, candidate, hardware_digest, software_digest]))
@@ -66,7 +66,7 @@ class MeasurementQueries(StoreConnection):
     ) -> list[StoredMeasurement]:
         """Every candidate measured for ``signature`` on this hardware and software, fastest
         first (failed ones last)."""
-        return [_measurement_from_row(r) for r in self.db.query(
+        return [_measurement_from_row(r) for r in self._query(
             "SELECT * FROM measurements WHERE signature = ? AND hardware_digest = ? "
             "AND software_digest = ? ORDER BY error IS NOT NULL, median_s IS NULL, median_s, "
             "candidate", [signature, hardware_digest, software_digest])]

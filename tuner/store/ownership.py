@@ -23,8 +23,6 @@ import sqlite3
 import stat
 from pathlib import Path
 
-from sqlite_utils import Database
-
 from tuner.store.errors import StoreError
 from tuner.store.integrity import _OPEN_HERE, _inode, _locked
 from tuner.store.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
@@ -99,6 +97,8 @@ def schema_tables(version: int) -> dict[str, tuple[str, ...]]:
     of schema ``version`` (built once in memory)."""
     conn = sqlite3.connect(":memory:", isolation_level=None)
     try:
+        from sqlite_utils import Database  # imported here: it imports pandas (start-up)
+
         db = Database(conn)
         for step in MIGRATIONS[:version]:
             step(db)

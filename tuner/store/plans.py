@@ -71,7 +71,7 @@ class PlanQueries(StoreConnection):
         """Insert the plan row of ``key`` or replace the plan stored under it (inside a
         :meth:`_write` transaction); returns its id."""
         digest = key.digest()
-        self.db.execute(
+        self._conn.execute(
             """INSERT INTO plans (key_digest, model_fp, inputs_sig, hardware_digest,
                    hardware_json, software_digest, software_json, objective, plan_json,
                    latency_ms, peak_bytes, created_at, tuning_run_id, notes_json, family)
@@ -104,7 +104,7 @@ class PlanQueries(StoreConnection):
 
     def get_plan(self, key: PlanKey) -> StoredPlan | None:
         """The plan stored under exactly ``key``, or ``None`` (see :meth:`why_not`)."""
-        rows = list(self.db.query("SELECT * FROM plans WHERE key_digest = ?", [key.digest()]))
+        rows = list(self._query("SELECT * FROM plans WHERE key_digest = ?", [key.digest()]))
         if not rows:
             return None
         stored = _plan_from_row(rows[0])
@@ -112,16 +112,16 @@ class PlanQueries(StoreConnection):
 
     def plan_by_id(self, plan_id: int) -> StoredPlan:
         """The plan with id ``plan_id``; raises :class:`StoreError` listing the ids that exist."""
-        rows = list(self.db.query("SELECT * FROM plans WHERE id = ?", [int(plan_id)]))
+        rows = list(self._query("SELECT * FROM plans WHERE id = ?", [int(plan_id)]))
         if not rows:
-            ids = [r["id"] for r in self.db.query("SELECT id FROM plans ORDER BY id")]
+            ids = [r["id"] for r in self._query("SELECT id FROM plans ORDER BY id")]
             raise StoreError(f"no plan with id {plan_id} in {str(self.path)!r}; stored ids: "
                              f"{', '.join(map(str, ids[:50])) or '(none)'}")
         return _plan_from_row(rows[0])
 
     def plans_for_model(self, model_fp: str) -> list[StoredPlan]:
         """Every plan stored for the model fingerprint ``model_fp``, newest first."""
-        return [_plan_from_row(r) for r in self.db.query(
+        return [_plan_from_row(r) for r in self._query(
             "SELECT * FROM plans WHERE model_fp = ? ORDER BY created_at DESC, id DESC", [model_fp])]
 
     def plans_for_family(self, family: str) -> list[StoredPlan]:
@@ -129,18 +129,18 @@ class PlanQueries(StoreConnection):
         :attr:`dispatch.graph.Graph.family`), newest first; none for an empty family."""
         if not family:
             return []
-        return [_plan_from_row(r) for r in self.db.query(
+        return [_plan_from_row(r) for r in self._query(
             "SELECT * FROM plans WHERE family = ? ORDER BY created_at DESC, id DESC", [family])]
 
     def all_plans(self) -> list[StoredPlan]:
         """Every stored plan, newest first."""
-        return [_plan_from_row(r) for r in self.db.query(
+        return [_plan_from_row(r) for r in self._query(
             "SELECT * FROM plans ORDER BY created_at DESC, id DESC")]
 
     def delete_plan(self, plan_id: int) -> bool:
         """Delete the plan with id ``plan_id``; False when there was none."""
         with self._write("delete_plan"):
-            cur = self.db.execute("DELETE FROM plans WHERE id = ?", [int(plan_id)])
+            cur = self._conn.execute("DELETE FROM plans WHERE id = ?", [int(plan_id)])
         return cur.rowcount > 0
 
     def why_not(self, key: PlanKey) -> list[str]:
@@ -153,7 +153,7 @@ class PlanQueries(StoreConnection):
         same_model = self.plans_for_model(key.model)
         if same_model:
             return [self._difference_line(p, key) for p in same_model]
-        others = [_plan_from_row(r) for r in self.db.query(
+        others = [_plan_from_row(r) for r in self._query(
             "SELECT * FROM plans WHERE inputs_sig = ? ORDER BY created_at DESC, id DESC LIMIT ?",
             [key.inputs, MAX_OTHER_MODEL_LINES])]
         return [self._difference_line(p, key) for p in others]
@@ -193,7 +193,7 @@ class PlanQueries(StoreConnection):
         removed: list[PrunedPlan] = []
         context = contextlib.nullcontext() if dry_run else self._write("prune_plans")
         with context:
-            rows = list(self.db.query("SELECT * FROM plans ORDER BY created_at, id"))
+            rows = list(self._query("SELECT * FROM plans ORDER BY created_at, id"))
             for row in rows:
                 plan = _plan_from_row(row)
                 reasons: list[str] = []
@@ -214,7 +214,7 @@ class PlanQueries(StoreConnection):
                     continue
                 removed.append(PrunedPlan(plan, reasons))
                 if not dry_run:
-                    self.db.execute("DELETE FROM plans WHERE id = ?", [plan.id])
+                    self._conn.execute("DELETE FROM plans WHERE id = ?", [plan.id])
         return removed
 
 

@@ -69,7 +69,7 @@ class RunQueries(StoreConnection):
         marked ``interrupted`` first (:meth:`mark_stale_runs`)."""
         with self._write("start_run"):
             now = _now()
-            cur = self.db.execute(
+            cur = self._conn.execute(
                 "INSERT INTO tuning_runs (model_fp, started_at, status, budget_s, objective, "
                 "stats_json) VALUES (?, ?, 'running', ?, ?, ?)",
                 [model_fp, now, None if budget_s is None else float(budget_s), objective,
@@ -88,7 +88,7 @@ class RunQueries(StoreConnection):
     def _mark_stale(self, when: str) -> list[int]:
         host = socket.gethostname()
         stale = []
-        for row in self.db.execute(
+        for row in self._conn.execute(
                 "SELECT id, stats_json FROM tuning_runs WHERE status = 'running'").fetchall():
             try:
                 stats = json.loads(row[1])
@@ -99,7 +99,7 @@ class RunQueries(StoreConnection):
                     and process.get("pid") != os.getpid() and process_gone(process)):
                 stats["interrupted"] = (f"its process (pid {process.get('pid')}) had ended "
                                         f"without finishing it; found when {when}")
-                self.db.execute(
+                self._conn.execute(
                     "UPDATE tuning_runs SET status = 'interrupted', finished_at = ?, "
                     "stats_json = ? WHERE id = ? AND status = 'running'",
                     [_now(), _dump(stats), int(row[0])])
@@ -114,7 +114,7 @@ class RunQueries(StoreConnection):
                 f"received {status!r}"
             )
         with self._write("finish_run"):
-            cur = self.db.execute(
+            cur = self._conn.execute(
                 "UPDATE tuning_runs SET status = ?, finished_at = ?, stats_json = ? WHERE id = ?",
                 [status, _now(), _dump(stats), int(run_id)])
             if cur.rowcount == 0:
@@ -123,8 +123,8 @@ class RunQueries(StoreConnection):
     def runs(self, model_fp: str | None = None) -> list[TuningRun]:
         """Tuning runs, newest first (only those of ``model_fp`` when given)."""
         if model_fp is None:
-            rows = self.db.query("SELECT * FROM tuning_runs ORDER BY id DESC")
+            rows = self._query("SELECT * FROM tuning_runs ORDER BY id DESC")
         else:
-            rows = self.db.query(
+            rows = self._query(
                 "SELECT * FROM tuning_runs WHERE model_fp = ? ORDER BY id DESC", [model_fp])
         return [_run_from_row(r) for r in rows]

@@ -6,8 +6,10 @@ migration that has shipped never changes: a new version appends one."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from sqlite_utils import Database
+if TYPE_CHECKING:  # sqlite-utils is imported only where a migration runs (tuner/store/connection.py)
+    from sqlite_utils import Database
 
 #: The statuses of a tuning run (the ``tuning_runs.status`` CHECK constraint lists the same).
 RUN_STATUSES = ("running", "finished", "interrupted", "failed")
