@@ -6,7 +6,9 @@ latency). A cached MobileNetV2 loads in a few ms where importing and folding it 
 Only models given as a file path are cached. The key is the file's identity (resolved path,
 size, modification time, inode), the input shapes given, and the versions of what builds
 the graph: opdispatch's own modules (their modification times), onnx and numpy. Any change
-misses and rebuilds. Entries are pickles (protocol 5) written atomically (temporary file and
+misses and rebuilds. Each entry also holds the digests of the graph's large constants
+(:mod:`dispatch.digests`), so that the compiled-region cache finds its entries without hashing
+the weights at every start. Entries are pickles (protocol 5) written atomically (temporary file and
 rename) into the cache folder (``OPDISPATCH_GRAPH_CACHE``, default
 ``~/.cache/opdispatch/graphs``; ``off`` disables it); one that is damaged, of another
 version, not a graph, or writable by other users is ignored and replaced. The folder keeps at
@@ -28,6 +30,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from dispatch.digests import array_digest, known_digest, large_constants, remember
 from dispatch.graph import Graph
 from dispatch.heuristic import check_supported_ops
 from dispatch.input_shapes import family_digest
@@ -36,7 +39,7 @@ from dispatch.passes import simplify
 from dispatch.registry import Registry
 
 #: bumped whenever what is pickled changes shape
-CACHE_FORMAT = 2
+CACHE_FORMAT = 3
 MAX_ENTRIES = 64
 MAX_BYTES = 4 * 2**30
 #: the value of OPDISPATCH_GRAPH_CACHE that turns the cache off
@@ -103,12 +106,18 @@ def load(folder: Path, digest: str) -> tuple[Graph, dict[str, Any]] | None:
             entry = pickle.load(f)
     except Exception:  # absent, unreadable or damaged: rebuilt and replaced by the caller
         return None
-    if not (isinstance(entry, tuple) and len(entry) == 3 and entry[0] == CACHE_FORMAT
-            and isinstance(entry[1], Graph) and isinstance(entry[2], dict)):
+    if not (isinstance(entry, tuple) and len(entry) == 4 and entry[0] == CACHE_FORMAT
+            and isinstance(entry[1], Graph) and isinstance(entry[2], dict)
+            and isinstance(entry[3], dict)):
         return None
+    graph, digests = entry[1], entry[3]
+    for name, digest in digests.items():  # the large constants' digests, hashed when saved
+        value = graph.values.get(name)
+        if value is not None and value.const is not None and isinstance(digest, str):
+            remember(value.const, digest)
     with contextlib.suppress(OSError):
         os.utime(path)  # recently used: pruned last
-    return entry[1], entry[2]
+    return graph, entry[2]
 
 
 def save(folder: Path, digest: str, graph: Graph, stats: Mapping[str, Any]) -> None:
@@ -118,8 +127,12 @@ def save(folder: Path, digest: str, graph: Graph, stats: Mapping[str, Any]) -> N
         folder.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=".graph-", suffix=".tmp")
         try:
+            # digests of the large constants (dispatch.digests), so that a restarting process
+            # finds its compiled library regions without hashing the weights again
+            digests = {name: known_digest(arr) or array_digest(arr) for name, arr in
+                       large_constants({n: v.const for n, v in graph.values.items()})}
             with os.fdopen(fd, "wb") as f:
-                pickle.dump((CACHE_FORMAT, graph, dict(stats)), f, protocol=5)
+                pickle.dump((CACHE_FORMAT, graph, dict(stats), digests), f, protocol=5)
             os.replace(tmp, folder / f"{digest}.pkl")
         except BaseException:
             with contextlib.suppress(OSError):

@@ -27,14 +27,13 @@ import os
 import shutil
 import stat
 import tempfile
-import threading
 import time
-import weakref
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from dispatch.digests import array_digest
 from dispatch.fusion import FusedNode
 from impls.regions import region_model
 
@@ -45,8 +44,6 @@ MAX_BYTES = 8 * 2**30
 ALIGN = 64
 OFF = ("off", "0", "false", "no", "")
 
-_DIGESTS: dict[int, tuple[weakref.ref, str]] = {}
-_DIGESTS_LOCK = threading.Lock()
 
 
 def cache_dir(setting: str) -> Path | None:
@@ -54,27 +51,6 @@ def cache_dir(setting: str) -> Path | None:
     if setting is None or setting.strip().lower() in OFF:
         return None
     return Path(setting).expanduser()
-
-
-def array_digest(arr: np.ndarray) -> str:
-    """sha256 of ``arr``'s dtype, shape and bytes, remembered per array object (a plan's
-    regions share constants; the tuner builds a region many times)."""
-    key = id(arr)
-    with _DIGESTS_LOCK:
-        hit = _DIGESTS.get(key)
-        if hit is not None and hit[0]() is arr:
-            return hit[1]
-    h = hashlib.sha256(f"{arr.dtype.str}{arr.shape}".encode())
-    h.update(np.ascontiguousarray(arr).data)
-    digest = h.hexdigest()
-    with contextlib.suppress(TypeError):  # arrays that take no weak reference are not kept
-        ref = weakref.ref(arr)
-        with _DIGESTS_LOCK:
-            _DIGESTS[key] = (ref, digest)
-            if len(_DIGESTS) > 4096:
-                for k in [k for k, (r, _) in _DIGESTS.items() if r() is None]:
-                    del _DIGESTS[k]
-    return digest
 
 
 def _write_entry(folder: Path, model: Any, weights: dict[str, np.ndarray]) -> None:
