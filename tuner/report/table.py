@@ -206,7 +206,7 @@ def _build(src: Sources, profile_regions: bool = True) -> PlanReport:
                 "layouts_in": ",".join(step.layouts_in), "layouts_out": ",".join(step.layouts_out),
                 "when": "run",
                 "median_ms": ms,
-                "spread_ms": t["spread_ms"] if first and prof is None else None,
+                "spread_ms": t["spread_ms"] if first else None,
                 "samples": t["samples"] if first else None,
                 "share": share_of(ms, total_parts),
                 "time_source": (source_text(prof, t["median_ms"], name) if prof is not None else
