@@ -26,7 +26,7 @@ class PlanMemory:
     liveness_bytes: int
     constant_bytes: int
     library_bytes: int
-    #: call label -> bytes its library allocated (region kernels only)
+    #: plan step index (as a string) -> bytes its library allocated (region kernels only)
     per_call: dict[str, int] = field(default_factory=dict)
 
     @property
@@ -48,9 +48,11 @@ def plan_memory(ex: Executor) -> PlanMemory:
     """The peak memory of the plan ``ex`` runs (after at least one run, so that the region
     kernels' first-run allocations are in)."""
     per_call: dict[str, int] = {}
+    index = {id(s): k for k, s in enumerate(ex.plan.steps)}
     for call in ex.calls:
         b = getattr(call.fn, "library_bytes", None)
-        if b is not None:
-            per_call[call.label] = int(b)
+        if b is not None:  # keyed by the plan step's index, as the report's figures are
+            k = index.get(id(call.step)) if call.step is not None else None
+            per_call[call.label if k is None else str(k)] = int(b)
     return PlanMemory(int(ex.memory.peak_bytes), int(ex.memory.constant_bytes),
                       sum(per_call.values()), per_call)

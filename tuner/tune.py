@@ -485,7 +485,7 @@ def _tune(
          "peak_bytes": pc.peak_bytes, "error": pc.error,
          "predicted_ms": None if pc.predicted_s is None else pc.predicted_s * 1e3}
         for pc in plans
-    ], winner=win.label)
+    ], winner=win.label, **({"memory": win.memory} if win.memory else {}))
     stats = {
         "candidates": len(cands.candidates), "signatures": len(cands.signatures()),
         "measured": ms.measured, "reused": ms.reused, "wrong": wrong,

@@ -61,6 +61,8 @@ class PlanCandidate:
     spread_ms: float | None = None
     peak_bytes: int | None = None
     error: str | None = None
+    #: what ``peak_bytes`` is made of (:meth:`tuner.plan_memory.PlanMemory.to_dict`)
+    memory: dict | None = None
     #: timed runs behind ``latency_ms``
     samples: int = 0
     #: one of the single-backend plans (the untuned plan, each backend first, numpy only),

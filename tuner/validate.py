@@ -18,6 +18,7 @@ from dispatch.graph import Graph
 from dispatch.registry import Registry
 from tuner.index_bounds import index_bounds
 from tuner.measure import MODEL_TOLERANCE, check_outputs, random_input
+from tuner.plan_memory import plan_memory
 from tuner.tune_types import PlanCandidate, TuneOptions, TuningError
 
 #: the longest validation goes without saying what it does (through ``say``), in seconds
@@ -81,7 +82,8 @@ def _validate(
         if wrong:
             pc.error = f"wrong result: {wrong}"
             continue
-        pc.peak_bytes = int(ex.memory.peak_bytes)
+        memory = plan_memory(ex)  # liveness + constants + what the region libraries allocate
+        pc.peak_bytes, pc.memory = memory.peak_bytes, memory.to_dict()
         ready.append((pc, ex))
     if not ready:
         return

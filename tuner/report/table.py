@@ -237,7 +237,8 @@ def _build(src: Sources, profile_regions: bool = True) -> PlanReport:
         rejections[col] = pd.to_numeric(rejections[col], errors="coerce").astype("float64")
     summary = summarise(src, table, times, conv_times, total_parts)
     memory = memory_figures(src, summary.get("peak_bytes"), profiles)
-    summary.update(peak_liveness_bytes=summary.get("peak_bytes"), peak_bytes=memory["peak_bytes"],
+    summary.update(peak_liveness_bytes=memory.get("liveness_bytes", summary.get("peak_bytes")),
+                   peak_bytes=memory["peak_bytes"],
                    peak_basis=memory.get("basis"), memory=memory)
     return PlanReport(plan, graph, table, rejections, summary, alts, list(src.notes))
 
