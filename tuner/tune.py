@@ -335,7 +335,9 @@ def tune(
         deadline = t_start + opts.budget_s
         try:
             result = _tune(graph, registry, backends, store, key, hw, sw, opts, deadline, run_id, say,
-                           cpu_start, blas.record(settings, outside))
+                           cpu_start, blas.record(settings, outside),
+                           model_file=(os.path.abspath(model)
+                                       if isinstance(model, str | os.PathLike) else None))
         except KeyboardInterrupt:
             store.finish_run(run_id, "interrupted", {"elapsed_s": time.monotonic() - t_start})
             raise
@@ -362,6 +364,8 @@ def _tune(
     say: Callable[[str], None],
     cpu_start: busy.CpuSnapshot | None = None,
     threading: dict[str, Any] | None = None,
+    *,
+    model_file: str | None = None,
 ) -> TuneResult:
     untuned = heuristic_plan(graph, registry, backends)
     # the untuned plan and each backend's own untuned plan (the backend first, numpy for what
@@ -418,6 +422,8 @@ def _tune(
         "hardware": key.hardware, "software": key.software, "tuning_run": run_id,
         "tuned_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
+    if model_file:  # the file the user gave, for `opdispatch plans list`
+        provenance["model_file"] = model_file
     if threading is not None:  # the thread settings it was measured under and will run with
         provenance["threading"] = threading
     plans: list[PlanCandidate] = []

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -160,6 +161,8 @@ def test_plans_list_and_show(store, tuned_store):
         assert column in header
     assert row.split()[0] == str(result.plan_id)
     assert result.key.model[:12] in row and " latency " in row
+    model_file = result.plan.provenance["model_file"]  # the file the user gave tune (issue 18)
+    assert os.path.isabs(model_file) and os.path.basename(model_file) in row
     assert f"{result.latency_ms:.3f}" in row
     for backend in result.plan.backends_used():
         assert backend in row
@@ -169,6 +172,7 @@ def test_plans_list_and_show(store, tuned_store):
     assert res.returncode == 0, res.stderr
     assert f"plan {result.plan_id}" in res.stdout and result.key.model in res.stdout
     assert result.key.digest() in res.stdout and "tuning run" in res.stdout
+    assert "model file" in res.stdout and model_file in res.stdout
     assert "provenance" in res.stdout and "validated end to end" in res.stdout
     for step in result.plan.steps:
         assert step.impl in res.stdout and step_label(step.nodes) in res.stdout

@@ -138,12 +138,23 @@ def cmd_list(args: argparse.Namespace) -> int:
         rows = [("id", "model", "inputs", "objective", "latency_ms", "created (UTC)",
                  "backends used", "usable here")]
         for p in plans:
-            rows.append((str(p.id), p.key.model[:FP_PREFIX], p.key.inputs, p.key.objective,
+            rows.append((str(p.id), _model_name(p), p.key.inputs, p.key.objective,
                          _latency(p), _created(p), _backends_used(p),
                          _here(p, registry, hardware)))
         print(table(rows, max_width=48))
         print(f"\n{len(plans)} plan(s) in {store.path}")
     return 0
+
+
+def _model_name(p: Any) -> str:
+    """The file the plan was tuned from (its name, as the user gave it to ``tune``) and the
+    model fingerprint's prefix; the prefix alone for plans that do not record the file."""
+    try:
+        source = (p.plan().provenance or {}).get("model_file")
+    except Exception:  # an unreadable plan is listed as such by its other columns
+        source = None
+    fp = p.key.model[:FP_PREFIX]
+    return f"{Path(source).name} ({fp})" if isinstance(source, str) and source else fp
 
 
 def cmd_show(args: argparse.Namespace) -> int:
@@ -163,6 +174,8 @@ def cmd_show(args: argparse.Namespace) -> int:
         rows: list[tuple[str, str]] = [
             ("store", str(store.path)),
             ("model", p.key.model),
+            *([("model file", str(plan.provenance["model_file"]))]
+              if isinstance((plan.provenance or {}).get("model_file"), str) else []),
             ("inputs", p.key.inputs),
             ("objective", p.key.objective),
             ("key digest", p.key.digest()),
