@@ -492,6 +492,14 @@ def _tune(
          "predicted_ms": None if pc.predicted_s is None else pc.predicted_s * 1e3}
         for pc in plans
     ], winner=win.label, **({"memory": win.memory} if win.memory else {}))
+    try:  # per-node times inside the winner's library regions, for its reports (issue 18)
+        from tuner.report.library import plan_region_profiles
+
+        profiles = plan_region_profiles(graph, win.plan, registry)
+    except Exception:  # a profile is extra: the plan is stored without it
+        profiles = {}
+    if profiles:
+        win.plan.provenance["region_profiles"] = profiles
     stats = {
         "candidates": len(cands.candidates), "signatures": len(cands.signatures()),
         "measured": ms.measured, "reused": ms.reused, "wrong": wrong,

@@ -23,6 +23,9 @@ from dispatch.errors import OpDispatchError
 from dispatch.fusion import REGION_OP, region_node
 
 if TYPE_CHECKING:
+    from dispatch.graph import Graph
+    from dispatch.plan import Plan
+    from dispatch.registry import Registry
     from impls.region_profile import RegionProfile
     from tuner.report.sources import Sources
 
@@ -48,14 +51,20 @@ def is_library_source(source: Any) -> bool:
 
 def _profile_here(src: Sources, s: int) -> RegionProfile | str:
     """Profile step ``s``'s region in this process (cached): the profile, or why not."""
+    assert src.graph is not None
+    return profile_step(src.graph, src.plan, src.registry, s)
+
+
+def profile_step(graph: Graph, plan: Plan, registry: Registry | None, s: int) -> RegionProfile | str:
+    """Profile step ``s`` of ``plan`` (a region) with its library's profiler, in this process
+    (cached): the profile, or why not."""
     import importlib
 
     from tuner.index_bounds import index_bounds
     from tuner.measure import random_input
 
-    step = src.plan.steps[s]
-    assert src.graph is not None
-    key = (src.graph.name, (src.plan.provenance or {}).get("plan_key"), step.impl,
+    step = plan.steps[s]
+    key = (graph.name, (plan.provenance or {}).get("plan_key"), step.impl,
            tuple(step.nodes), tuple(step.layouts_in))
     with _LOCK:
         hit = _CACHE.get(key)
@@ -63,11 +72,11 @@ def _profile_here(src: Sources, s: int) -> RegionProfile | str:
         return hit
     module, fn = PROFILERS[step.backend]
     try:
-        if src.registry is not None and step.backend not in src.registry.available_backends():
+        if registry is not None and step.backend not in registry.available_backends():
             raise OpDispatchError(f"backend {step.backend} is not available here")
-        region = region_node(src.graph, step.nodes)
+        region = region_node(graph, step.nodes)
         rng = np.random.default_rng(0)
-        bounds = index_bounds(src.graph.nodes)
+        bounds = index_bounds(graph.nodes)
         feeds = [random_input(v, rng, bounds.get(v.name)) for v in region.inputs]
         got: RegionProfile | str = getattr(importlib.import_module(module), fn)(
             region, step.impl, feeds)
@@ -76,6 +85,20 @@ def _profile_here(src: Sources, s: int) -> RegionProfile | str:
     with _LOCK:
         _CACHE[key] = got
     return got
+
+
+def plan_region_profiles(graph: Graph, plan: Plan, registry: Registry | None) -> dict[str, Any]:
+    """Step index (a string) -> the library profile (JSON data) of each region step of more
+    than one node that its library can profile here: what the tuner stores with the winner
+    (provenance ``region_profiles``), so that every report of the plan, in any process, shows
+    the same per-node times."""
+    out: dict[str, Any] = {}
+    for s, step in enumerate(plan.steps):
+        if step.op == REGION_OP and len(step.nodes) >= 2 and step.backend in PROFILERS:
+            got = profile_step(graph, plan, registry, s)
+            if not isinstance(got, str):
+                out[str(s)] = got.to_dict()
+    return out
 
 
 def region_profiles(src: Sources, profile: bool = True) -> dict[int, RegionProfile]:
