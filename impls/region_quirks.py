@@ -93,6 +93,10 @@ def _group_norm_18(node: Node) -> str | None:
     return None
 
 
+#: ops OpenVINO's CPU plugin gets wrong on AVX-512 CPUs only (see :func:`openvino_reason`)
+OPENVINO_AVX512_REFUSED = ("Greater", "GreaterOrEqual")
+
+
 @functools.cache
 def has_avx512() -> bool:
     """Whether this CPU has AVX-512 (Linux: /proc/cpuinfo's flags; ``False`` when unknown)."""
@@ -106,7 +110,7 @@ def has_avx512() -> bool:
 def openvino_reason(node: Node) -> str | None:
     """Why OpenVINO's ONNX frontend or CPU plugin runs this node differently from ONNX (or
     fails on it), else ``None``."""
-    if (node.op_type in ("Greater", "GreaterOrEqual") and has_avx512()
+    if (node.op_type in OPENVINO_AVX512_REFUSED and has_avx512()
             and any(v is not None and v.dtype is not None and np.dtype(v.dtype).kind == "f"
                     for v in node.inputs)):
         # measured with OpenVINO 2026.4 on an AVX-512 Xeon (not on AVX2): Greater(NaN, 1),

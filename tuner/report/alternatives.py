@@ -245,7 +245,7 @@ class _Finder:
         alt.verdict = "faster alone"
         why = self._why_faster_lost(c, plan.steps[steps[0]], times[steps[0]]["median_ms"],
                                     alt.median_ms, produced) if same else None
-        alt.reason = (f"faster by kernel time alone by {-alt.delta_ms:.4f} ms ({pct:+.0f}%)"
+        alt.reason = (f"faster alone by {-alt.delta_ms:.4f} ms ({pct:+.0f}%)"
                       + (f" ({what})" if what else "") + "; " + (why or self._lost_whole_plan()))
 
     def _concise(self, alt: Alternative, c: Candidate, steps: Sequence[int],
@@ -256,7 +256,7 @@ class _Finder:
         assert alt.median_ms is not None and alt.compare_ms is not None
         plan = self.plan
         covered = sum(len(plan.steps[k].nodes) for k in steps)
-        text = f"{fmt_ms(alt.compare_ms)} vs {fmt_ms(alt.plan_ms)} ms over {len(steps)} plan step(s)"
+        text = f"{fmt_ms(alt.compare_ms)} vs {fmt_ms(alt.plan_ms)} ms over {len(steps)} step(s)"
         if covered != len(steps):
             text += f" ({covered} nodes)"
         if fill:
@@ -282,8 +282,7 @@ class _Finder:
     def _lost_whole_plan(self) -> str:
         winner = (self.plan.provenance or {}).get("winner")
         if winner and winner != "optimum":
-            return (f"this plan is the {winner!r} plan, which beat the optimiser's optimum "
-                    f"end to end")
+            return f"the {winner!r} plan beat the optimum end to end"
         return "lost on the layout conversions it forces or in the whole-plan optimisation"
 
     def _why_faster_lost(self, c: Candidate, step: PlanStep, step_ms: float, alt_ms: float,

@@ -28,6 +28,11 @@ table.summary td{overflow-wrap:anywhere;max-width:1100px}
 """
 
 
+#: rejected candidates listed per node in the HTML steps table (the best first; all with
+#: ``details``): a ResNet-50 node has up to ~20, and the report must stay under 1 MB
+HTML_ALTERNATIVES = 5
+
+
 def _td(x: Any, num: bool = False) -> str:
     return f'<td class="num">{html.escape(str(x))}</td>' if num else f"<td>{html.escape(str(x))}</td>"
 
@@ -78,10 +83,14 @@ def render_html(rep: ReportData, *, details: bool = False) -> str:
         alts = rep.alternatives.get(r.name, []) if r.kind == "node" else []
         rej = ""
         if alts:
+            shown = alts if details else alts[:HTML_ALTERNATIVES]
             items = "".join(f"<li><b>{e(a.impl)}</b> ({e(a.backend)}): {e(a.verdict)} — "
                             f"{e(a.reason)}"
                             + (f" <span class=\"muted\">[{e(a.details)}]</span>"
-                               if details and a.details else "") + "</li>" for a in alts)
+                               if details and a.details else "") + "</li>" for a in shown)
+            if len(shown) < len(alts):  # the rest: `opdispatch explain --node`, or --details
+                items += (f"<li class=\"muted\">and {len(alts) - len(shown)} more: opdispatch "
+                          f"explain MODEL --node {e(r.name)}, or --details</li>")
             rej = f"<details><summary>{len(alts)}</summary><ul>{items}</ul></details>"
         cls = ' class="conv"' if r.kind == "converter" else ""
         idx = "" if r.kind == "converter" else str(r.step)
