@@ -492,12 +492,16 @@ def _tune(
          "predicted_ms": None if pc.predicted_s is None else pc.predicted_s * 1e3}
         for pc in plans
     ], winner=win.label, **({"memory": win.memory} if win.memory else {}))
-    try:  # per-node times inside the winner's library regions, for its reports (issue 18)
-        from tuner.report.library import plan_region_profiles
+    profiles: dict[str, Any] = {}
+    # per-node times inside the winner's library regions, for its reports (issue 18), while the
+    # budget allows (its limit, plus the grace validation has); reports profile them otherwise
+    if time.monotonic() < deadline + 0.05 * opts.budget_s:
+        try:
+            from tuner.report.library import plan_region_profiles
 
-        profiles = plan_region_profiles(graph, win.plan, registry)
-    except Exception:  # a profile is extra: the plan is stored without it
-        profiles = {}
+            profiles = plan_region_profiles(graph, win.plan, registry)
+        except Exception:  # a profile is extra: the plan is stored without it
+            profiles = {}
     if profiles:
         win.plan.provenance["region_profiles"] = profiles
     stats = {
