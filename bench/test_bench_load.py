@@ -9,7 +9,11 @@ defaults otherwise), one pytest-benchmark group per model (``load-NAME``):
   whole timing (started before, killed after);
 * ``tuned_interleaved``: before every timed run of the tuned plan, one run of a plain
   onnxruntime session and one of a plain OpenVINO compiled model of the same model (untimed:
-  a service holding several libraries' sessions in one process).
+  a service holding several libraries' sessions in one process);
+* ``onnxruntime_interleaved``: a second plain onnxruntime session in the same position (the
+  baseline under the same neighbours);
+* ``tuned_interleaved_nospin``: the tuned plan after the same neighbours, the onnxruntime one
+  created with ``session.intra_op.allow_spinning=0``.
 
     OPDISPATCH_BENCH_BUDGET=60 python -m pytest bench/test_bench_load.py -q --benchmark-enable --benchmark-json=load.json
     python bench/report.py load.json
@@ -60,9 +64,11 @@ def busy_core() -> Iterator[None]:
         proc.wait()
 
 
-def _onnxruntime(name: str) -> Callable[[], object]:
+def _onnxruntime(name: str, spinning: bool = True) -> Callable[[], object]:
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = len(os.sched_getaffinity(0))
+    if not spinning:
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
     sess = ort.InferenceSession(_path(name), opts, providers=["CPUExecutionProvider"])
     feeds = _feeds(name)
     return lambda: sess.run(None, feeds)
@@ -108,11 +114,11 @@ def test_tuned_busy(benchmark, name, busy_core):
     _time(benchmark, name, "tuned_busy", fn, plan=plan)
 
 
-@pytest.mark.parametrize("name", MODELS)
-def test_tuned_interleaved(benchmark, name):
+def _neighbours(name: str, spinning: bool = True) -> Callable[[], None]:
+    """One run of a plain onnxruntime session and one of a plain OpenVINO compiled model of the
+    same model: what a service holding several libraries' sessions runs between two requests."""
     ov = pytest.importorskip("openvino", reason="openvino is not installed")
-    fn, plan = _tuned(name)
-    plain = _onnxruntime(name)
+    plain = _onnxruntime(name, spinning=spinning)
     request = ov.Core().compile_model(_path(name), "CPU", {"PERFORMANCE_HINT": "LATENCY"}).create_infer_request()
     feeds = list(_feeds(name).values())
 
@@ -120,4 +126,26 @@ def test_tuned_interleaved(benchmark, name):
         plain()
         request.infer(feeds)
 
-    _time(benchmark, name, "tuned_interleaved", fn, setup=others, plan=plan)
+    return others
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_tuned_interleaved(benchmark, name):
+    fn, plan = _tuned(name)
+    _time(benchmark, name, "tuned_interleaved", fn, setup=_neighbours(name), plan=plan)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_onnxruntime_interleaved(benchmark, name):
+    """The baseline in the same position: a second plain onnxruntime session timed right after
+    the same neighbours."""
+    _time(benchmark, name, "onnxruntime_interleaved", _onnxruntime(name), setup=_neighbours(name))
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_tuned_interleaved_nospin(benchmark, name):
+    """The tuned plan after neighbours whose onnxruntime session does not spin
+    (``session.intra_op.allow_spinning=0``, what bench/README.md advises a multi-model service)."""
+    fn, plan = _tuned(name)
+    _time(benchmark, name, "tuned_interleaved_nospin", fn, setup=_neighbours(name, spinning=False),
+          plan=plan)

@@ -10,6 +10,7 @@ plan) and the tuner, both through :mod:`dispatch.plan_assembly`.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -210,15 +211,22 @@ def _data_list(value: Any, where: str) -> list:
     return value
 
 
+@functools.cache
+def _field_names(kind: type) -> tuple[frozenset[str], frozenset[str]]:
+    """``(all, required)`` field names of dataclass ``kind``."""
+    from dataclasses import MISSING, fields
+
+    return (frozenset(f.name for f in fields(kind)),
+            frozenset(f.name for f in fields(kind)
+                      if f.default is MISSING and f.default_factory is MISSING))
+
+
 def _data_fields(data: Any, kind: type, where: str) -> Any:
     """Check that ``data`` is a JSON object holding exactly the fields of dataclass ``kind``
     (the optional ones may be absent) with plain JSON values of the expected types."""
-    from dataclasses import MISSING, fields
-
     if not isinstance(data, dict):
         raise PlanError(f"{where} must be a JSON object, received {type(data).__name__}")
-    names = {f.name for f in fields(kind)}
-    required = {f.name for f in fields(kind) if f.default is MISSING and f.default_factory is MISSING}
+    names, required = _field_names(kind)
     unknown = sorted(set(data) - names)
     missing = sorted(required - set(data))
     if unknown or missing:

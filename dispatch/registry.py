@@ -132,6 +132,7 @@ class ImplTable:
     def __init__(self, backend: str) -> None:
         self.backend = backend
         self._impls: list[Implementation] = []
+        self._names: set[str] = set()
 
     def register(
         self,
@@ -244,9 +245,10 @@ class ImplTable:
                 f"implementation {impl.name!r} declares backend {impl.backend!r} but was added "
                 f"to the table of backend {self.backend!r}"
             )
-        if any(i.name == impl.name for i in self._impls):
+        if impl.name in self._names:
             raise RegistryError(f"duplicate implementation name {impl.name!r}")
         self._impls.append(impl)
+        self._names.add(impl.name)
 
     def __iter__(self):
         return iter(self._impls)

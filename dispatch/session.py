@@ -31,6 +31,7 @@ from dispatch.errors import (
 )
 from dispatch.executor import Executor
 from dispatch.feeds import check_feeds, check_output_names
+from dispatch.gcpause import gc_paused
 from dispatch.graph import Graph
 from dispatch.heuristic import heuristic_plan
 from dispatch.input_shapes import DeclaredInput, ShapeSet, format_shapes
@@ -155,6 +156,7 @@ class Session(TuningMixin, FallbackMixin):
             compiled library regions and build-time conversions).
     """
 
+    @gc_paused
     def __init__(
         self,
         model: ModelLike,
