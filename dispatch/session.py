@@ -149,8 +149,8 @@ class Session(TuningMixin, FallbackMixin):
         faults: the :class:`Fault` records of the run-time failures recovered from with
             ``on_error="fallback"``, oldest first.
         load_seconds: the whole creation of the session, in seconds.
-        startup: where that time went, in seconds per stage: ``backends`` (configuration
-            and backend discovery), ``import`` (reading, checking, shape inference),
+        startup: where that time went, in seconds per stage: ``backends`` (configuration,
+            the plan source's set-up and backend discovery), ``import`` (reading, checking, shape inference),
             ``simplify`` (constant folding and the other graph passes), ``plan`` (the store
             lookup, or the untuned plan) and ``build`` (the executor: every step's kernel,
             compiled library regions and build-time conversions).
@@ -200,7 +200,7 @@ class Session(TuningMixin, FallbackMixin):
         parse_objective(objective)  # an unknown objective is an error now, not a silent miss
         self.startup: dict[str, float] = {}
         self._lookup_s = 0.0
-        t_stage = time.perf_counter()
+        t_stage = t0  # the plan source's set-up counts with the configuration
         self.config = config or Config.load()
         self.registry = registry or load_registry(self.config.plugin_path or None, order=self.config.backend_order)
         order = list(backends) if backends is not None else list(self.config.backend_order)

@@ -145,15 +145,23 @@ def source_text(profile: RegionProfile, step_ms: float | None, node: str) -> str
             + (f"; shares kernel {shared}" if shared else "") + ")")
 
 
+#: how each library's profiler sums up a kernel over the profiled runs (default: median)
+KERNEL_STATISTIC: dict[str, str] = {"openvino": "mean"}
+#: what each library's ``run_ms`` is (default: the library's own time per run)
+RUN_TIME: dict[str, str] = {"openvino": "median wall time of its infer() calls"}
+
+
 def profile_note(s: int, profile: RegionProfile, step_ms: float | None) -> str:
     """The report note on step ``s``'s profile: raw totals and how they were reconciled."""
-    lib_run = f", {profile.library}'s own run time {profile.run_ms:.4f} ms" if profile.run_ms else ""
+    what = RUN_TIME.get(profile.library, "own run time")
+    lib_run = f", {profile.library}'s {what} {profile.run_ms:.4f} ms" if profile.run_ms else ""
     scale = (f"scaled by {step_ms / profile.kernels_ms:.3f} to the step's measured "
              f"{step_ms:.4f} ms" if step_ms is not None and profile.kernels_ms > 0 else
              "not scaled (the step's time is not known)")
     extra = "; ".join(profile.notes)
+    stat = KERNEL_STATISTIC.get(profile.library, "median")
     return (f"times marked {LIBRARY_MARK} in step {s} come from {profile.library}'s profiler: "
-            f"{len(profile.node_ms)} nodes, kernels {profile.kernels_ms:.4f} ms per run (median "
+            f"{len(profile.node_ms)} nodes, kernels {profile.kernels_ms:.4f} ms per run ({stat} "
             f"of {profile.runs} profiled runs{lib_run}), {scale}" + (f"; {extra}" if extra else ""))
 
 
@@ -162,10 +170,12 @@ def memory_figures(src: Sources, liveness: int | None,
     """The plan's peak memory, whole: the executor's liveness peak (``liveness``, from the
     validation), the graph's constants and their layout copies, and the bytes each region's
     library allocated (from ``profiles``; a region without a figure leaves the total
-    unknown). The tuner's own breakdown (provenance ``memory``) is taken when present."""
+    unknown). The tuner's own breakdown (provenance ``memory``) is taken when present, with
+    the profiles' figures added for the region steps it has none for (the executor counts what
+    onnxruntime's region kernels allocate, not OpenVINO's)."""
     prov = (src.plan.provenance or {}).get("memory")
     if isinstance(prov, Mapping) and prov.get("peak_bytes") is not None:
-        return dict(prov)
+        return _completed(src, prov, profiles)
     if liveness is None:
         return {"peak_bytes": None, "basis": "not known: no liveness peak recorded"}
     constants = copies = 0
@@ -185,10 +195,50 @@ def memory_figures(src: Sources, liveness: int | None,
     total = int(liveness) + constants + sum(known)
     basis = (f"executor liveness {int(liveness):,} B + constants {constants:,} B"
              + (f" ({copies} layout copies)" if copies else "")
-             + (f" + library allocations {sum(known):,} B (measured by the report: C heap growth "
-                f"around each region's creation and first run)" if known else ""))
+             + (f" + library allocations {sum(known):,} B ({_measured(profiles, library)})"
+                if known else ""))
     if missing:
         basis += (f"; regions of steps {', '.join(missing[:5])} have no library figure (single "
                   f"nodes are not measured): a lower bound")
     return {"peak_bytes": total, "liveness_bytes": int(liveness), "constant_bytes": constants,
             "library_bytes": library, "basis": basis}
+
+
+def _measured(profiles: Mapping[int, RegionProfile], steps: Mapping[str, int | None]) -> str:
+    """How the report measured the library figures of ``steps`` (step index -> bytes)."""
+    libraries = sorted({profiles[int(s)].library for s, b in steps.items()
+                        if b is not None and int(s) in profiles})
+    return (f"measured by the report ({', '.join(libraries) or 'library profilers'}): C heap "
+            "growth around each region's creation and first run")
+
+
+def _completed(src: Sources, prov: Mapping[str, Any],
+               profiles: Mapping[int, RegionProfile]) -> dict[str, Any]:
+    """The tuner's memory breakdown ``prov`` with the profiles' library figures added for the
+    region steps it has none for (an OpenVINO region: the executor counts what onnxruntime's
+    region kernels allocate only), and a lower bound said where neither has one."""
+    out = dict(prov)
+    have = prov.get("library_bytes")
+    library: dict[str, int | None] = dict(have) if isinstance(have, Mapping) else {}
+    added: dict[str, int | None] = {}
+    for s, step in enumerate(src.plan.steps):
+        if step.op != REGION_OP or step.backend not in PROFILERS or str(s) in library:
+            continue
+        p = profiles.get(s)
+        added[str(s)] = p.library_bytes if p is not None else None
+    if not added:
+        return out
+    known = {s: b for s, b in added.items() if b is not None}
+    missing = [s for s, b in added.items() if b is None]
+    library.update(added)
+    out["library_bytes"] = library
+    out["peak_bytes"] = int(prov["peak_bytes"]) + sum(known.values())
+    basis = str(prov.get("basis") or "")
+    if known:
+        basis += (f"; + library allocations of steps {', '.join(list(known)[:5])} "
+                  f"{sum(known.values()):,} B ({_measured(profiles, known)})")
+    if missing:
+        basis += (f"; regions of steps {', '.join(missing[:5])} have no library figure (single "
+                  f"nodes are not measured): a lower bound")
+    out["basis"] = basis
+    return out
