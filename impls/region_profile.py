@@ -239,6 +239,15 @@ def _neighbour_kernel(k: int, kernels: Sequence[Kernel], readers: Mapping[str, l
 # ------------------------------------------------------------------------------------------
 
 
+def first_run(pending: list[bool]) -> bool:
+    """Whether this call is a region's first run, whose allocations are measured
+    (``pending`` holds one ``True`` until it is taken; of threads racing for it, one wins)."""
+    try:
+        return pending.pop()
+    except IndexError:
+        return False
+
+
 class _MallInfo2(ctypes.Structure):
     _fields_ = [(name, ctypes.c_size_t) for name in (
         "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",

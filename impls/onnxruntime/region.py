@@ -23,7 +23,7 @@ from dispatch.fusion import FusedNode
 from dispatch.graph import Graph, Node
 from dispatch.registry import ImplTable, Priority
 from impls import region_quirks, regions
-from impls.region_profile import MemoryProbe
+from impls.region_profile import MemoryProbe, first_run
 from impls.regions import _cut_points as _cut_points  # re-exported: tests import it from here
 from impls.regions import _cut_value as _cut_value
 from impls.regions import region_model, region_reason, static_node_reason
@@ -166,15 +166,6 @@ def build_region_extended(region: FusedNode):
     return _bound_run(region, lambda: session(region, "extended"))
 
 
-def _first_run(pending: list[bool]) -> bool:
-    """Whether this call is the first run (``pending`` holds one ``True`` until it is taken;
-    of threads racing for it, one wins)."""
-    try:
-        return pending.pop()
-    except IndexError:
-        return False
-
-
 def _bound_run(region: FusedNode, make: Callable[[], Any]) -> Callable[..., tuple[np.ndarray, ...]]:
     """The region's run function over the session ``make()`` creates, with one IO binding per
     calling thread. Its ``library_bytes`` attribute is what onnxruntime allocated while the
@@ -199,7 +190,7 @@ def _bound_run(region: FusedNode, make: Callable[[], Any]) -> Callable[..., tupl
             binding.bind_cpu_input(name, np.require(a, requirements="C"))  # keeps 0-d arrays 0-d
         for name in out_names:
             binding.bind_output(name, "cpu")
-        if pending and _first_run(pending):  # no exception raised on later runs
+        if pending and first_run(pending):  # no exception raised on later runs
             first = MemoryProbe().start()
             sess.run_with_iobinding(binding)
             grown = max(0, (first.stop() or 0) - out_bytes)

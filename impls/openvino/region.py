@@ -19,6 +19,7 @@ from dispatch.fusion import FusedNode
 from dispatch.graph import Graph, Node
 from dispatch.registry import ImplTable, Priority
 from impls import region_quirks, regions
+from impls.region_profile import MemoryProbe, first_run
 from impls.regions import region_reason, static_node_reason, usable_cores
 
 impls = ImplTable("openvino")
@@ -218,8 +219,16 @@ def build_region(region: FusedNode):
     A compiled model may serve several threads at once, an infer request may not (it holds one
     run's tensors), so each thread runs through its own. Outputs are copied out of the
     request's buffers (``share_outputs=False``), which the next run of that request reuses, and
-    given the dtype of the region's outputs where the plugin returned another."""
+    given the dtype of the region's outputs where the plugin returned another. Its
+    ``library_bytes`` attribute is what OpenVINO allocated while the model was compiled and
+    first run (:class:`impls.region_profile.MemoryProbe`, less the outputs handed over; the
+    initial figure covers the compilation alone), which the plan's peak memory counts."""
+    core().get_versions("CPU")  # the plugin loaded before the probe: its code is not the region's data
+    probe = MemoryProbe().start()
     compiled = compiled_model(region)
+    created = probe.stop() or 0
+    pending = [True]
+    out_bytes = sum(v.nbytes for v in region.outputs)  # counted by the plan, not the library
     # by position: OpenVINO keeps the ONNX model's input and output order, not always its
     # names (a region that is one Dropout or Identity gets its input renamed to its output)
     if len(compiled.inputs) != len(region.inputs) or len(compiled.outputs) != len(region.outputs):
@@ -233,11 +242,18 @@ def build_region(region: FusedNode):
         if request is None:
             request = local.request = compiled.create_infer_request()
         feeds = [np.require(a, requirements="C") for a in arrays]  # keeps 0-d arrays 0-d
-        results = request.infer(feeds, share_inputs=True, share_outputs=False)
+        if pending and first_run(pending):
+            first = MemoryProbe().start()
+            results = request.infer(feeds, share_inputs=True, share_outputs=False)
+            grown = max(0, (first.stop() or 0) - out_bytes)
+            run.library_bytes = created + grown  # type: ignore[attr-defined]
+        else:
+            results = request.infer(feeds, share_inputs=True, share_outputs=False)
         outs = []
         for k, dtype in enumerate(dtypes):
             out = np.asarray(results[k])
             outs.append(out if out.dtype == dtype else out.astype(dtype))
         return tuple(outs)
 
+    run.library_bytes = created  # type: ignore[attr-defined]
     return run
