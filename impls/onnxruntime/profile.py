@@ -35,18 +35,15 @@ def profile_region(region: FusedNode, impl: str, feeds: Sequence[np.ndarray],
     per region input) once to warm up and ``runs`` times profiled."""
     import onnx
 
-    from impls.onnxruntime.region import session
+    from impls.onnxruntime.region import bound_run, session
 
     optimization = OPTIMIZATION.get(impl, "all")
     arrays = {v.name: np.require(a, requirements="C") for v, a in zip(region.inputs, feeds)}
-    # memory: a session as the plan builds it (a profiling one also holds the profiler's
-    # buffers and writes its optimised model), created and run once
-    import onnxruntime  # noqa: F401  (loaded before the probe: the library's code is not its data)
-
-    probe = MemoryProbe().start()
-    plain = session(region, optimization)
-    plain.run(None, arrays)
-    allocated = probe.stop()
+    # memory: the region as the plan builds it (a profiling session also holds the profiler's
+    # buffers and writes its optimised model), run once; it measures its own allocations
+    plain = bound_run(region, lambda: session(region, optimization))
+    plain(*arrays.values())
+    allocated = plain.library_bytes  # type: ignore[attr-defined]
     del plain
     with tempfile.TemporaryDirectory(prefix="opdispatch-ortprof-") as tmp:
         sess = session(region, optimization, profile_dir=tmp)
@@ -60,11 +57,10 @@ def profile_region(region: FusedNode, impl: str, feeds: Sequence[np.ndarray],
     wiring = {n.name: (tuple(n.input), tuple(n.output)) for n in optimised.graph.node}
     kernels, run_ms = kernel_times(events, wiring)
     node_ms, shared, notes = attribute(region, kernels)
-    out_bytes = sum(v.nbytes for v in region.outputs)
     return RegionProfile(
         library="onnxruntime", node_ms=node_ms, kernels_ms=sum(k.ms for k in kernels),
         run_ms=run_ms, runs=max(1, runs), shared=shared,
-        library_bytes=None if allocated is None else max(0, allocated - out_bytes),
+        library_bytes=allocated,
         memory_basis=MemoryProbe.BASIS + ", around the session's creation and first run",
         notes=notes)
 

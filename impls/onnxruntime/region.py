@@ -155,7 +155,7 @@ def build_region(region: FusedNode):
     ``InferenceSession.run_with_iobinding`` may be called from several threads at once, an
     IO binding may not (it holds one run's inputs and outputs), so each thread binds through
     its own."""
-    return _bound_run(region, lambda: session(region))
+    return bound_run(region, lambda: session(region))
 
 
 @impls.register_region("session_extended", propose=propose_large, priority=Priority.FALLBACK,
@@ -163,10 +163,10 @@ def build_region(region: FusedNode):
 def build_region_extended(region: FusedNode):
     """A large region as one onnxruntime InferenceSession without the layout optimisations
     (no NCHWc transformer); a settings variant the tuner measures, never the untuned choice."""
-    return _bound_run(region, lambda: session(region, "extended"))
+    return bound_run(region, lambda: session(region, "extended"))
 
 
-def _bound_run(region: FusedNode, make: Callable[[], Any]) -> Callable[..., tuple[np.ndarray, ...]]:
+def bound_run(region: FusedNode, make: Callable[[], Any]) -> Callable[..., tuple[np.ndarray, ...]]:
     """The region's run function over the session ``make()`` creates, with one IO binding per
     calling thread. Its ``library_bytes`` attribute is what onnxruntime allocated while the
     session was created and first run (:class:`impls.region_profile.MemoryProbe`; the initial

@@ -21,9 +21,9 @@ event of its own: a kernel's time is the mean over the profiled runs, recovered 
 averages after the warm-up and after the last run, and ``run_ms`` is the median wall time of
 the profiled ``infer()`` calls (a note says so).
 
-What OpenVINO allocated while a compiled model as the plan builds it (no profiling, through
-the compiled cache when it is on) was created and first run is measured alongside
-(:class:`impls.region_profile.MemoryProbe`), less the outputs handed to the caller.
+What OpenVINO allocated while the region, built as the plan builds it (no profiling, through
+the compiled cache when it is on), was compiled and first run is the region's own measure
+(``library_bytes`` of :func:`impls.openvino.region.build_region`).
 """
 
 from __future__ import annotations
@@ -64,23 +64,17 @@ def profile_region(region: FusedNode, impl: str, feeds: Sequence[np.ndarray],
     array per region input) once to warm up and ``runs`` times profiled. ``impl`` names the
     implementation (OpenVINO has one, ``Region.openvino.compiled``, whose settings are
     :func:`impls.openvino.region.compile_config`)."""
-    import openvino  # noqa: F401  (loaded before the probe: the library's code is not its data)
-
     from impls.openvino.compiled_cache import compile_region
-    from impls.openvino.region import compile_config, compiled_model, core
+    from impls.openvino.region import build_region, compile_config, core
 
     runs = max(1, runs)
     arrays = [np.require(a, requirements="C") for a in feeds]
+    # memory: the region as the plan builds it, run once; it measures its own allocations
+    plain = build_region(region)
+    plain(*arrays)
+    allocated = plain.library_bytes  # type: ignore[attr-defined]
+    del plain
     ov_core = core()
-    ov_core.get_versions("CPU")  # the CPU plugin loaded before the probe, as for the library
-    # memory: a compiled model as the plan builds it, created and run once (as the plan's run
-    # does: inputs shared, outputs copied into arrays the caller owns, counted by the plan)
-    probe = MemoryProbe().start()
-    plain = compiled_model(region)
-    request = plain.create_infer_request()
-    outputs = request.infer(arrays, share_inputs=True, share_outputs=False)
-    allocated = probe.stop()
-    del outputs, request, plain
     # time: a profiling build, outside the compiled cache (its settings differ from the plan's)
     compiled = compile_region(ov_core, region, dict(compile_config(), PERF_COUNT=True), "off")
     request = compiled.create_infer_request()
@@ -100,11 +94,10 @@ def profile_region(region: FusedNode, impl: str, feeds: Sequence[np.ndarray],
     notes.insert(0, "OpenVINO's per-layer counters are running averages in whole microseconds "
                     "(each run's time truncated): kernel times are means over the profiled runs, "
                     "its run time the wall time of infer()")
-    out_bytes = sum(v.nbytes for v in region.outputs)
     return RegionProfile(
         library="openvino", node_ms=node_ms, kernels_ms=sum(k.ms for k in kernels),
         run_ms=float(np.median(walls)), runs=runs, shared=shared,
-        library_bytes=None if allocated is None else max(0, allocated - out_bytes),
+        library_bytes=allocated,
         memory_basis=MemoryProbe.BASIS + ", around the compiled model's creation and first "
                                          "inference",
         notes=notes)
