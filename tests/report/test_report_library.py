@@ -93,16 +93,37 @@ def test_one_region_plan_has_time_on_every_node(squeezenet, one_region):
     assert "library profiler (onnxruntime" in rep.render("json")
 
 
+def activation_bytes(graph) -> int:
+    """Every non-constant value once: the most a liveness peak of a plan without layout
+    copies can hold."""
+    return sum(int(v.nbytes) for v in graph.values.values() if not v.is_const)
+
+
 def test_tuned_peak_memory_counts_weights_and_library(squeezenet):
-    rep = squeezenet.report()  # the tuned winner, whatever it is
+    """The tuned winner, whatever it is (one onnxruntime region, or numpy steps next to
+    regions): the liveness figure holds activations only, the peak adds every weight and
+    what each multi-node region's library allocated."""
+    rep = squeezenet.report()
     s = rep.summary
     weights = weight_bytes(squeezenet.graph)
-    assert s["peak_liveness_bytes"] is not None and s["peak_liveness_bytes"] < weights
+    assert not rep.plan.conversions  # onnxruntime and numpy share the standard layout
+    assert s["peak_liveness_bytes"] is not None
+    assert 0 < s["peak_liveness_bytes"] <= activation_bytes(squeezenet.graph)
     assert s["peak_bytes"] >= weights + s["peak_liveness_bytes"]
     regions = [k for k, st in enumerate(rep.plan.steps) if st.backend == "onnxruntime" and len(st.nodes) > 1]
     for k in regions:
         assert s["memory"]["library_bytes"][str(k)] > 0
     assert ("library allocations" in rep.render("text", width=200)) == bool(regions)
+
+
+def test_one_region_liveness_is_the_region_boundary(squeezenet, one_region):
+    """A plan that is one onnxruntime region holds only its input and output outside the
+    library: far below the weights, which the peak adds with onnxruntime's allocations."""
+    s = report_of(squeezenet, one_region).summary
+    weights = weight_bytes(squeezenet.graph)
+    assert s["peak_liveness_bytes"] is not None and s["peak_liveness_bytes"] < weights
+    assert s["memory"]["library_bytes"]["0"] > 0
+    assert s["peak_bytes"] >= weights + s["peak_liveness_bytes"] + s["memory"]["library_bytes"]["0"]
 
 
 def test_executor_figure_counts_what_onnxruntime_allocates(squeezenet, one_region):
