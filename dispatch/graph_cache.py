@@ -8,7 +8,9 @@ size, modification time, inode), the input shapes given, and the versions of wha
 the graph: opdispatch's own modules (their modification times), onnx and numpy. Any change
 misses and rebuilds. Each entry also holds the digests of the graph's large constants
 (:mod:`dispatch.digests`), so that the compiled-region cache finds its entries without hashing
-the weights at every start. Entries are pickles (protocol 5) written atomically (temporary file and
+the weights at every start, and the graph's structural fingerprint (the plan key's model part,
+:func:`tuner.fingerprint.model_fingerprint`: ~20 ms on a 600-node graph), remembered for the
+loaded graph object (:func:`known_fingerprint`). Entries are pickles (protocol 5) written atomically (temporary file and
 rename) into the cache folder (``OPDISPATCH_GRAPH_CACHE``, default
 ``~/.cache/opdispatch/graphs``; ``off`` disables it); one that is damaged, of another
 version, not a graph, or writable by other users is ignored and replaced. The folder keeps at
@@ -26,6 +28,7 @@ import pickle
 import stat
 import tempfile
 import time
+import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -39,7 +42,7 @@ from dispatch.passes import simplify
 from dispatch.registry import Registry
 
 #: bumped whenever what is pickled changes shape
-CACHE_FORMAT = 3
+CACHE_FORMAT = 4
 MAX_ENTRIES = 64
 MAX_BYTES = 4 * 2**30
 #: the value of OPDISPATCH_GRAPH_CACHE that turns the cache off
@@ -106,11 +109,12 @@ def load(folder: Path, digest: str) -> tuple[Graph, dict[str, Any]] | None:
             entry = pickle.load(f)
     except Exception:  # absent, unreadable or damaged: rebuilt and replaced by the caller
         return None
-    if not (isinstance(entry, tuple) and len(entry) == 4 and entry[0] == CACHE_FORMAT
+    if not (isinstance(entry, tuple) and len(entry) == 5 and entry[0] == CACHE_FORMAT
             and isinstance(entry[1], Graph) and isinstance(entry[2], dict)
-            and isinstance(entry[3], dict)):
+            and isinstance(entry[3], dict) and isinstance(entry[4], dict)):
         return None
     graph, digests = entry[1], entry[3]
+    _remember_fingerprints(graph, entry[4])
     for name, digest in digests.items():  # the large constants' digests, hashed when saved
         value = graph.values.get(name)
         if value is not None and value.const is not None and isinstance(digest, str):
@@ -118,6 +122,36 @@ def load(folder: Path, digest: str) -> tuple[Graph, dict[str, Any]] | None:
     with contextlib.suppress(OSError):
         os.utime(path)  # recently used: pruned last
     return graph, entry[2]
+
+
+_FINGERPRINTS: dict[int, tuple[weakref.ref, dict[str, str]]] = {}
+
+
+def _fingerprints(graph: Graph) -> dict[str, str]:
+    """The fingerprints kept with ``graph``'s entry (version-tagged, so that a change of the
+    fingerprint's definition is a miss, not a wrong key), remembered for ``graph`` too."""
+    from tuner.fingerprint import FINGERPRINT_VERSION, model_fingerprint
+
+    found = {f"model v{FINGERPRINT_VERSION}": model_fingerprint(graph)}
+    _remember_fingerprints(graph, found)
+    return found
+
+
+def _remember_fingerprints(graph: Graph, found: Mapping[str, Any]) -> None:
+    with contextlib.suppress(TypeError):
+        _FINGERPRINTS[id(graph)] = (weakref.ref(graph), {k: v for k, v in found.items()
+                                                         if isinstance(v, str)})
+        if len(_FINGERPRINTS) > 256:
+            for k in [k for k, (r, _) in _FINGERPRINTS.items() if r() is None]:
+                del _FINGERPRINTS[k]
+
+
+def known_fingerprint(graph: Graph, kind: str) -> str | None:
+    """The fingerprint ``kind`` (e.g. ``"model v1"``) of this very graph object as its cache
+    entry holds it, else ``None``. A graph from the cache is planned as loaded: nothing
+    changes its structure between its load and its plan's lookup."""
+    hit = _FINGERPRINTS.get(id(graph))
+    return hit[1].get(kind) if hit is not None and hit[0]() is graph else None
 
 
 def save(folder: Path, digest: str, graph: Graph, stats: Mapping[str, Any]) -> None:
@@ -131,8 +165,9 @@ def save(folder: Path, digest: str, graph: Graph, stats: Mapping[str, Any]) -> N
             # finds its compiled library regions without hashing the weights again
             digests = {name: known_digest(arr) or array_digest(arr) for name, arr in
                        large_constants({n: v.const for n, v in graph.values.items()})}
+            fingerprints = _fingerprints(graph)
             with os.fdopen(fd, "wb") as f:
-                pickle.dump((CACHE_FORMAT, graph, dict(stats), digests), f, protocol=5)
+                pickle.dump((CACHE_FORMAT, graph, dict(stats), digests, fingerprints), f, protocol=5)
             os.replace(tmp, folder / f"{digest}.pkl")
         except BaseException:
             with contextlib.suppress(OSError):

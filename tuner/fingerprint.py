@@ -187,8 +187,13 @@ def model_canonical(graph: Graph) -> dict[str, Any]:
 
 
 def model_fingerprint(graph: Graph) -> str:
-    """sha256 hex of the structure of ``graph`` (see the module docstring for what counts)."""
-    return _sha256(model_canonical(graph))
+    """sha256 hex of the structure of ``graph`` (see the module docstring for what counts);
+    a graph loaded from the graph cache brings it with it
+    (:func:`dispatch.graph_cache.known_fingerprint`)."""
+    from dispatch.graph_cache import known_fingerprint
+
+    known = known_fingerprint(graph, f"model v{FINGERPRINT_VERSION}")
+    return known if known is not None else _sha256(model_canonical(graph))
 
 
 def input_signature(graph: Graph) -> str:

@@ -23,6 +23,15 @@ from tuner.tune_types import PlanCandidate, TuneOptions, TuningError
 
 #: the longest validation goes without saying what it does (through ``say``), in seconds
 PROGRESS_EVERY_S = 2.0
+#: how long each plan runs untimed before its timed runs, in every round (seconds; at least
+#: one run): long enough for the previous plan's libraries to stop spinning (onnxruntime's
+#: workers spin for up to ~50 ms after a run, OpenVINO's and OpenMP's pools for a few ms), so
+#: that each plan is timed in the steady state a production process runs it in, back to back
+#: with itself, not in the wake of another library's pool
+SETTLE_S = 0.06
+#: how long each plan's timed runs last in every round (seconds; at least one run): the
+#: round's sample is their median
+TIMED_S = 0.02
 #: the label of the untuned plan among the validated ones
 UNTUNED = "untuned (heuristic)"
 #: what a plan that the budget left no time to validate says in place of an error
@@ -47,10 +56,10 @@ def _validate(
     say: Callable[[str], None] | None = None,
 ) -> None:
     """Run every plan end to end: its outputs must match the reference plan's; then time the
-    valid ones interleaved, one untimed and one timed run of each per round, so that machine
-    noise (another process, a frequency change) hits them alike instead of favouring whichever
-    ran in a quiet moment, while the untimed run keeps one plan's leftovers out of the next
-    plan's time.
+    valid ones interleaved, one block of each per round (:func:`_block`: untimed runs until the
+    previous plan's leftovers died down, then timed runs), so that machine noise (another
+    process, a frequency change) hits them alike instead of favouring whichever ran in a quiet
+    moment, while each plan is timed back to back with itself, as production runs it.
     Plans are built in the given order while their predicted latency says that checking and
     timing them fits before ``deadline`` (``time.monotonic()``); the first and the untuned
     plan always are, the others get :data:`BUDGET_SKIP` as their error. At least ``runs``
@@ -92,12 +101,9 @@ def _validate(
     tell(f"timing {len(ready)} valid plan(s), interleaved, until their medians separate")
     last_said = time.monotonic()
     while True:
+        t_round = time.monotonic()
         for k, (_, ex) in enumerate(ready):
-            ex.run(feeds)  # untimed: absorbs what the previous plan left behind (caches, other
-            # libraries' spinning threads), as a production process runs one plan back to back
-            t0 = time.perf_counter()
-            ex.run(feeds)
-            times[k].append(time.perf_counter() - t0)
+            times[k].append(_block(ex, feeds))
         rounds += 1
         now = time.monotonic()
         if now - last_said >= PROGRESS_EVERY_S:
@@ -106,7 +112,7 @@ def _validate(
                  f"({float(np.median(times[best])) * 1e3:.2f} ms median), "
                  f"{max(0.0, deadline - now):.0f} s of the budget left")
             last_said = now
-        round_s = 2 * sum(t[-1] for t in times)  # one untimed and one timed run of each
+        round_s = now - t_round
         if rounds >= 3 * max(1, runs) or (now > deadline and rounds >= 3):
             break
         if now + round_s > deadline + grace_s:
@@ -120,6 +126,28 @@ def _validate(
         pc.samples = len(t)
     ready.clear()
     gc.collect()  # free the executors now: their libraries' thread pools must not outlive them
+
+
+def _block(ex: Executor, feeds: Mapping[str, np.ndarray]) -> float:
+    """One round's sample of ``ex``: runs untimed for :data:`SETTLE_S` (what the previous plan
+    left behind -- caches, other libraries' spinning threads -- dies down, and this plan's own
+    pools reach the state back-to-back runs keep them in), then the median of its runs over
+    :data:`TIMED_S`. One sample per block keeps the rounds' samples independent for the
+    confidence intervals of :func:`_separated`."""
+    clock = time.perf_counter
+    settled = clock() + SETTLE_S
+    ex.run(feeds)
+    while clock() < settled:
+        ex.run(feeds)
+    runs: list[float] = []
+    end = clock() + TIMED_S
+    while True:
+        t0 = clock()
+        ex.run(feeds)
+        t1 = clock()
+        runs.append(t1 - t0)
+        if t1 >= end:
+            return float(np.median(runs))
 
 
 def _separated(times: Sequence[Sequence[float]]) -> bool:

@@ -123,3 +123,49 @@ def test_a_session_uses_the_configured_cache(tmp_path, reference):
                        store=False)
         np.testing.assert_allclose(sess.run(None, {sess.get_inputs()[0].name: x})[0], want, rtol=1e-4, atol=1e-5)
     assert len(_entries(tmp_path / "compiled")) == 1
+
+
+def test_a_hit_does_not_build_the_regions_model(tmp_path, graph, reference, monkeypatch):
+    """A process starting from a stored plan finds its entry by the region's digest alone:
+    the region is not converted to ONNX and checked again."""
+    x, want = reference
+    compiled_cache.compile_region(core(), _whole(graph), compile_config(), str(tmp_path))
+
+    def refuse(*_a, **_k):
+        raise AssertionError("region_model called on a cache hit")
+
+    monkeypatch.setattr(compiled_cache, "region_model", refuse)
+    compiled = compiled_cache.compile_region(core(), _whole(graph), compile_config(), str(tmp_path))
+    np.testing.assert_allclose(_run(compiled, x), want, rtol=1e-4, atol=1e-5)
+    assert len(_entries(tmp_path)) == 1
+
+
+def _digest(region) -> str:
+    return compiled_cache.region_digest(region, compile_config(), "v")
+
+
+def test_the_digest_covers_what_the_model_is_built_from(graph):
+    """Every input of :func:`impls.regions.region_model` names another entry: an attribute,
+    a small constant's value, a region boundary, the version and the settings."""
+    base = _digest(_whole(graph))
+    assert _digest(_whole(graph)) == base  # deterministic
+    assert _digest(_whole(graph, upto=5)) != base
+    assert compiled_cache.region_digest(_whole(graph), compile_config(), "w") != base
+    assert compiled_cache.region_digest(_whole(graph), dict(compile_config(), X=1), "v") != base
+    conv = next(n for n in graph.nodes if n.op_type == "Conv")
+    old_attrs = dict(conv.attrs)
+    try:
+        conv.attrs["pads"] = [9, 9, 9, 9]
+        assert _digest(_whole(graph)) != base
+    finally:
+        conv.attrs.clear()
+        conv.attrs.update(old_attrs)
+    bias = conv.inputs[2]
+    old = bias.const
+    try:
+        bias.const = old.copy()
+        bias.const.flat[0] += 1.0
+        assert _digest(_whole(graph)) != base
+    finally:
+        bias.const = old
+    assert _digest(_whole(graph)) == base

@@ -47,3 +47,43 @@ def test_the_memory_objective_is_unchanged():
     small = pc("optimum", 12.0, 0.1, baseline=False, peak=10)
     big = pc("onnxruntime first", 10.0, 0.1, baseline=True, peak=100)
     assert _winner([small, big], TuneOptions(objective="memory")) is small
+
+
+class _Clock:
+    """A fake clock the fake plan below advances: nothing here is timed for real."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class _Wake:
+    """A fake plan that runs 5 ms while what ran before it is still settling (the first
+    30 ms: another library's spinning pool), then 1 ms: the steady state a production process
+    runs it in."""
+
+    def __init__(self, clock: _Clock) -> None:
+        self.clock, self.start, self.runs = clock, None, 0
+
+    def run(self, feeds):
+        if self.start is None:
+            self.start = self.clock.now
+        self.runs += 1
+        self.clock.now += 0.005 if self.clock.now - self.start < 0.03 else 0.001
+
+
+def test_each_round_times_a_plan_in_its_steady_state(monkeypatch):
+    """A validation round's sample of a plan is taken after it ran back to back for
+    SETTLE_S (what the previous plan left behind has died down), as the median of its runs
+    over TIMED_S: one number per round, so the rounds stay independent samples."""
+    from tuner import validate
+
+    clock = _Clock()
+    monkeypatch.setattr(validate.time, "perf_counter", clock)
+    plan = _Wake(clock)
+    sample = validate._block(plan, {})
+    assert abs(sample - 0.001) < 1e-9  # the slow runs of the first 30 ms are not in it
+    assert clock.now >= validate.SETTLE_S + validate.TIMED_S
+    assert plan.runs >= validate.TIMED_S / 0.001
