@@ -29,7 +29,7 @@ import stat
 import tempfile
 import time
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -125,14 +125,22 @@ def load(folder: Path, digest: str) -> tuple[Graph, dict[str, Any]] | None:
 
 
 _FINGERPRINTS: dict[int, tuple[weakref.ref, dict[str, str]]] = {}
+#: the fingerprints kept with every entry: kind (version-tagged, e.g. ``"model v1"``, so that
+#: a change of a fingerprint's definition is a miss, not a wrong key) -> the function of the
+#: graph that computes it; registered by the layer that keys plans by it
+#: (:mod:`tuner.fingerprint`), see :func:`register_fingerprint`
+FINGERPRINTERS: dict[str, Callable[[Graph], str]] = {}
+
+
+def register_fingerprint(kind: str, compute: Callable[[Graph], str]) -> None:
+    """Keep ``compute(graph)`` with every entry written from now on, as fingerprint ``kind``
+    (:func:`known_fingerprint` gives it back for the loaded graph)."""
+    FINGERPRINTERS[kind] = compute
 
 
 def _fingerprints(graph: Graph) -> dict[str, str]:
-    """The fingerprints kept with ``graph``'s entry (version-tagged, so that a change of the
-    fingerprint's definition is a miss, not a wrong key), remembered for ``graph`` too."""
-    from tuner.fingerprint import FINGERPRINT_VERSION, model_fingerprint
-
-    found = {f"model v{FINGERPRINT_VERSION}": model_fingerprint(graph)}
+    """The fingerprints kept with ``graph``'s entry, remembered for ``graph`` too."""
+    found = {kind: compute(graph) for kind, compute in FINGERPRINTERS.items()}
     _remember_fingerprints(graph, found)
     return found
 

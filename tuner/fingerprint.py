@@ -36,6 +36,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from dispatch import graph_cache
+
 if TYPE_CHECKING:
     from dispatch.graph import Graph, Node, Value
     from dispatch.registry import Registry
@@ -186,14 +188,23 @@ def model_canonical(graph: Graph) -> dict[str, Any]:
     }
 
 
+#: the graph cache's name for the model fingerprint it keeps with each entry
+CACHED_MODEL_FINGERPRINT = f"model v{FINGERPRINT_VERSION}"
+
+
 def model_fingerprint(graph: Graph) -> str:
     """sha256 hex of the structure of ``graph`` (see the module docstring for what counts);
     a graph loaded from the graph cache brings it with it
     (:func:`dispatch.graph_cache.known_fingerprint`)."""
-    from dispatch.graph_cache import known_fingerprint
+    known = graph_cache.known_fingerprint(graph, CACHED_MODEL_FINGERPRINT)
+    return known if known is not None else _computed_fingerprint(graph)
 
-    known = known_fingerprint(graph, f"model v{FINGERPRINT_VERSION}")
-    return known if known is not None else _sha256(model_canonical(graph))
+
+def _computed_fingerprint(graph: Graph) -> str:
+    return _sha256(model_canonical(graph))
+
+
+graph_cache.register_fingerprint(CACHED_MODEL_FINGERPRINT, _computed_fingerprint)
 
 
 def input_signature(graph: Graph) -> str:

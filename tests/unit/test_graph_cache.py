@@ -130,3 +130,20 @@ def test_the_tuner_and_a_session_share_the_cached_graph_and_its_plan_key(tmp_pat
     assert len(list(cache.glob("*.pkl"))) == 1  # written by the tuner's import
     sess = Session(str(path), store=store, backends=["numpy"])
     assert sess.graph_cached and sess.plan_source == "store", sess.plan_note
+
+
+def test_a_cached_graph_brings_its_model_fingerprint(tmp_path, cache):
+    """The entry keeps the plan key's model fingerprint: a restarting process does not walk
+    the graph again to find its plan, and the kept value is the one computed from the graph."""
+    from tuner.fingerprint import CACHED_MODEL_FINGERPRINT, _computed_fingerprint, model_fingerprint
+
+    path = _model(tmp_path)
+    _session(path)
+    second = _session(path)
+    assert second.graph_cached
+    kept = graph_cache.known_fingerprint(second.graph, CACHED_MODEL_FINGERPRINT)
+    assert kept is not None and kept == _computed_fingerprint(second.graph)
+    assert model_fingerprint(second.graph) == kept
+    (tmp_path / "other").mkdir()
+    other = _session(_model(tmp_path / "other", seed=1))  # a miss: kept as the entry is written
+    assert graph_cache.known_fingerprint(other.graph, CACHED_MODEL_FINGERPRINT) == _computed_fingerprint(other.graph)
