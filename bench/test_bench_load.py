@@ -43,12 +43,16 @@ _stores: dict[str, str] = {}
 
 @pytest.fixture(scope="module", autouse=True)
 def _tune_first():
-    """Tune every model before anything is timed, on the quiet machine."""
-    from tuner.tune import TuneOptions, tune
-
+    """Tune every model before anything is timed, on the quiet machine, each in a process of
+    its own: the timing process holds none of tuning's leftovers (the executors, thread pools
+    and library sessions of the candidate plans), as a production process that reuses a plan
+    holds none."""
+    code = ("import sys\nfrom tuner.tune import TuneOptions, tune\n"
+            "tune(sys.argv[1], store=sys.argv[2], options=TuneOptions(progress=False, budget_s=float(sys.argv[3])))")
     for name in MODELS:
         store = os.path.join(tempfile.mkdtemp(prefix="opdispatch-bench-load-"), "plans.sqlite")
-        tune(_path(name), store=store, options=TuneOptions(progress=False, budget_s=BUDGET_S))
+        subprocess.run([sys.executable, "-c", code, _path(name), store, str(BUDGET_S)], check=True,
+                       capture_output=True)
         _stores[name] = store
 
 
