@@ -22,8 +22,37 @@ import numpy as np
 
 #: constants smaller than this are hashed when asked (cheap); larger ones are worth storing
 STORED_DIGEST_BYTES = 1 << 16
-_MEMO: dict[int, tuple[weakref.ref, str]] = {}
-_LOCK = threading.Lock()
+
+
+class IdentityMemo:
+    """Values remembered per object identity: a value is only ever given back for the very
+    object it was remembered for (a weak reference checks it: a dead object's id may be
+    reused). Thread-safe; dead entries are dropped once more than ``prune_above`` are held.
+    Objects that take no weak reference are not remembered."""
+
+    def __init__(self, prune_above: int = 4096) -> None:
+        self._entries: dict[int, tuple[weakref.ref, object]] = {}
+        self._lock = threading.Lock()
+        self._prune_above = prune_above
+
+    def get(self, obj: object) -> object | None:
+        """The value remembered for this very ``obj``, else ``None``."""
+        with self._lock:
+            hit = self._entries.get(id(obj))
+        return hit[1] if hit is not None and hit[0]() is obj else None
+
+    def put(self, obj: object, value: object) -> None:
+        """Remember ``value`` for ``obj``."""
+        with contextlib.suppress(TypeError):
+            ref = weakref.ref(obj)
+            with self._lock:
+                self._entries[id(obj)] = (ref, value)
+                if len(self._entries) > self._prune_above:
+                    for k in [k for k, (r, _) in self._entries.items() if r() is None]:
+                        del self._entries[k]
+
+
+_DIGESTS = IdentityMemo()
 
 
 def _compute(arr: np.ndarray) -> str:
@@ -34,21 +63,14 @@ def _compute(arr: np.ndarray) -> str:
 
 def known_digest(arr: np.ndarray) -> str | None:
     """The remembered digest of this very array object, else ``None``."""
-    with _LOCK:
-        hit = _MEMO.get(id(arr))
-    return hit[1] if hit is not None and hit[0]() is arr else None
+    digest = _DIGESTS.get(arr)
+    return digest if isinstance(digest, str) else None
 
 
 def remember(arr: np.ndarray, digest: str) -> None:
     """Remember ``digest`` as the digest of ``arr`` (what :func:`array_digest` computes for it).
     Arrays that take no weak reference are not remembered."""
-    with contextlib.suppress(TypeError):
-        ref = weakref.ref(arr)
-        with _LOCK:
-            _MEMO[id(arr)] = (ref, digest)
-            if len(_MEMO) > 4096:
-                for k in [k for k, (r, _) in _MEMO.items() if r() is None]:
-                    del _MEMO[k]
+    _DIGESTS.put(arr, digest)
 
 
 def array_digest(arr: np.ndarray) -> str:

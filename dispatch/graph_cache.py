@@ -28,12 +28,11 @@ import pickle
 import stat
 import tempfile
 import time
-import weakref
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from dispatch.digests import array_digest, known_digest, large_constants, remember
+from dispatch.digests import IdentityMemo, array_digest, known_digest, large_constants, remember
 from dispatch.graph import Graph
 from dispatch.heuristic import check_supported_ops
 from dispatch.input_shapes import family_digest
@@ -124,7 +123,8 @@ def load(folder: Path, digest: str) -> tuple[Graph, dict[str, Any]] | None:
     return graph, entry[2]
 
 
-_FINGERPRINTS: dict[int, tuple[weakref.ref, dict[str, str]]] = {}
+#: the fingerprints of the graphs loaded or saved here, per graph object
+_FINGERPRINTS = IdentityMemo(prune_above=256)
 #: the fingerprints kept with every entry: kind (version-tagged, e.g. ``"model v1"``, so that
 #: a change of a fingerprint's definition is a miss, not a wrong key) -> the function of the
 #: graph that computes it; registered by the layer that keys plans by it
@@ -146,20 +146,15 @@ def _fingerprints(graph: Graph) -> dict[str, str]:
 
 
 def _remember_fingerprints(graph: Graph, found: Mapping[str, Any]) -> None:
-    with contextlib.suppress(TypeError):
-        _FINGERPRINTS[id(graph)] = (weakref.ref(graph), {k: v for k, v in found.items()
-                                                         if isinstance(v, str)})
-        if len(_FINGERPRINTS) > 256:
-            for k in [k for k, (r, _) in _FINGERPRINTS.items() if r() is None]:
-                del _FINGERPRINTS[k]
+    _FINGERPRINTS.put(graph, {k: v for k, v in found.items() if isinstance(v, str)})
 
 
 def known_fingerprint(graph: Graph, kind: str) -> str | None:
     """The fingerprint ``kind`` (e.g. ``"model v1"``) of this very graph object as its cache
     entry holds it, else ``None``. A graph from the cache is planned as loaded: nothing
     changes its structure between its load and its plan's lookup."""
-    hit = _FINGERPRINTS.get(id(graph))
-    return hit[1].get(kind) if hit is not None and hit[0]() is graph else None
+    found = _FINGERPRINTS.get(graph)
+    return found.get(kind) if isinstance(found, dict) else None
 
 
 def save(folder: Path, digest: str, graph: Graph, stats: Mapping[str, Any]) -> None:
