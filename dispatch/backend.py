@@ -33,7 +33,6 @@ not reopen a settled conflict: to use the loser, put it first in the configured 
 from __future__ import annotations
 
 import importlib
-import importlib.metadata
 import importlib.util
 import os
 import sys
@@ -43,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dispatch.entry_points import distribution_label, entry_points
 from dispatch.errors import OpDispatchError, RegistryError
 
 if TYPE_CHECKING:
@@ -125,12 +125,12 @@ def _entry_point_sources() -> list[tuple[str, str, Loader]]:
     """``(name, origin, loader)`` for each entry point, built-ins first when not installed."""
     found: list[tuple[str, str, Loader]] = []
     seen: set[str] = set()
-    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+    for ep in entry_points(ENTRY_POINT_GROUP):
         if ep.name in seen:
             continue
         seen.add(ep.name)
-        dist = getattr(ep, "dist", None)
-        by = f" of {dist.name} {dist.version}" if dist is not None else ""
+        label = distribution_label(ep)
+        by = f" of {label}" if label else ""
         found.append((ep.name, f"entry point {ep.value}{by}", ep.load))
     for name, target in BUILTIN_BACKENDS.items():
         if name not in seen:

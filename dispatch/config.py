@@ -15,12 +15,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10: the same parser, from PyPI (pyproject.toml)
-    import tomli as tomllib  # type: ignore[no-redef]
-from platformdirs import user_cache_path, user_config_path
-
 from dispatch.errors import ConfigError
 
 #: The untuned plan's backend order when none is configured: onnxruntime first (when it is
@@ -34,12 +28,16 @@ DEFAULT_BACKEND_ORDER = ("onnxruntime", "native", "numpy")
 def _cache_dir() -> Path:
     """The user's cache folder for opdispatch (platformdirs: ``$XDG_CACHE_HOME/opdispatch``,
     else ``~/.cache/opdispatch`` on Linux; the platform's own folder elsewhere)."""
+    from platformdirs import user_cache_path
+
     return user_cache_path("opdispatch", appauthor=False)
 
 
 def _config_dir() -> Path:
     """The user's configuration folder (platformdirs: ``$XDG_CONFIG_HOME/opdispatch``, else
     ``~/.config/opdispatch`` on Linux)."""
+    from platformdirs import user_config_path
+
     return user_config_path("opdispatch", appauthor=False)
 
 
@@ -175,6 +173,10 @@ class Config:
             # the default location in a home this user cannot search: no file it could read
             note = f"{path} {state}; none used"
         if state == "file":
+            try:  # imported here: most processes have no config file (start-up, issue 13)
+                import tomllib
+            except ModuleNotFoundError:  # Python 3.10: the same parser, from PyPI (pyproject.toml)
+                import tomli as tomllib  # type: ignore[no-redef]
             try:
                 file_values = tomllib.loads(path.read_text())
             except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:

@@ -12,10 +12,11 @@ Sessions run given and untuned plans and say why no stored plan is looked up.
 from __future__ import annotations
 
 import functools
-import importlib.metadata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from dispatch.entry_points import entry_points
 
 if TYPE_CHECKING:
     from dispatch.config import Config
@@ -96,7 +97,7 @@ def default_plan_source() -> SourceDiscovery:
     """The first plan source registered under :data:`ENTRY_POINT_GROUP` that loads, or why
     none did (the reasons of each failure). Looked up once per process."""
     failures = []
-    for ep in sorted(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+    for ep in sorted(entry_points(ENTRY_POINT_GROUP), key=lambda e: e.name):
         try:
             factory = ep.load()
             source = factory()

@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -183,12 +184,19 @@ def _openvino_resize(node: Node) -> str | None:
 # -- onnxruntime ------------------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=64)
+def dtype_name(dtype: Any) -> str:
+    """``np.dtype(dtype).name``, remembered (a region's check asks it of every node, and
+    numpy builds the name anew each time: ~5 us)."""
+    return np.dtype(dtype).name
+
+
 def onnxruntime_reason(node: Node) -> str | None:
     """Why onnxruntime runs this node differently from ONNX (or fails on it), else ``None``."""
     if node.op_type == "Resize":
         return _onnxruntime_resize(node)
     x = node.inputs[0] if node.inputs else None
-    dtype = None if x is None or x.dtype is None else np.dtype(x.dtype).name
+    dtype = None if x is None or x.dtype is None else dtype_name(x.dtype)
     known = ORT_TYPES.get(node.op_type)
     if node.op_type == "SpaceToDepth" and node.opset >= 28:
         known = None

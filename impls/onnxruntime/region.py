@@ -62,6 +62,8 @@ ONEHOT_TYPES: frozenset[tuple[str, str, str]] = frozenset(
 def _op_reason(node: Node) -> str | None:
     """Why onnxruntime cannot run this ``node`` (an attribute or type combination it has no
     kernel for), else ``None``."""
+    if node.op_type not in ("Mod", "OneHot"):  # the only ops checked here (a region checks every node)
+        return None
     dtypes = [None if v is None or v.dtype is None else np.dtype(v.dtype).name for v in node.inputs]
     if node.op_type == "Mod" and not node.attrs.get("fmod") and any(
             d is not None and d.startswith("float") for d in dtypes):

@@ -59,7 +59,8 @@ def test_a_changed_file_or_other_input_shapes_miss(tmp_path, cache):
     assert not _session(path, input_shapes={"x": [1, 3, 16, 16]}).graph_cached  # given: another key
 
 
-@pytest.mark.parametrize("damage", ["garbage", "truncated", "not a graph", "other format", "group writable"])
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "not a graph", "other format", "a plain pickle",
+                                    "group writable"])
 def test_a_damaged_or_unsafe_entry_is_ignored_and_replaced(tmp_path, cache, damage):
     import pickle
 
@@ -72,9 +73,14 @@ def test_a_damaged_or_unsafe_entry_is_ignored_and_replaced(tmp_path, cache, dama
     elif damage == "truncated":
         entry.write_bytes(good[: len(good) // 2])
     elif damage == "not a graph":
-        entry.write_bytes(pickle.dumps((graph_cache.CACHE_FORMAT, "graph", {})))
+        with open(entry, "wb") as f:
+            graph_cache.write_entry(f, (graph_cache.CACHE_FORMAT, "graph", {}))
     elif damage == "other format":
-        entry.write_bytes(pickle.dumps((graph_cache.CACHE_FORMAT + 1, *pickle.loads(good)[1:])))
+        old = graph_cache.read_entry(entry)
+        with open(entry, "wb") as f:
+            graph_cache.write_entry(f, (graph_cache.CACHE_FORMAT + 1, *old[1:]))
+    elif damage == "a plain pickle":  # the layout of CACHE_FORMAT 4 and before
+        entry.write_bytes(pickle.dumps(graph_cache.read_entry(entry), protocol=5))
     else:
         os.chmod(entry, 0o664)
     again = _session(path)
@@ -147,3 +153,41 @@ def test_a_cached_graph_brings_its_model_fingerprint(tmp_path, cache):
     (tmp_path / "other").mkdir()
     other = _session(_model(tmp_path / "other", seed=1))  # a miss: kept as the entry is written
     assert graph_cache.known_fingerprint(other.graph, CACHED_MODEL_FINGERPRINT) == _computed_fingerprint(other.graph)
+
+
+def test_entry_arrays_come_back_equal_and_writable(tmp_path):
+    """An entry's arrays come back equal, in every dtype and memory order, writable, and a
+    write changes neither the file nor a second load."""
+    arrays = {
+        "f32": np.arange(1000, dtype=np.float32).reshape(10, 100),
+        "fortran": np.asfortranarray(np.arange(60, dtype=np.float64).reshape(6, 10)),
+        "strided": np.arange(100, dtype=np.int64)[::3],  # not contiguous: pickled in band
+        "empty": np.zeros((0, 4), np.float32),
+        "bool": np.array([True, False, True]),
+        "f16": np.linspace(0, 1, 7).astype(np.float16),
+    }
+    path = tmp_path / "e.pkl"
+    with open(path, "wb") as f:
+        graph_cache.write_entry(f, (1, arrays))
+    _, back = graph_cache.read_entry(path)
+    for name, arr in arrays.items():
+        np.testing.assert_array_equal(back[name], arr)
+        assert back[name].dtype == arr.dtype and back[name].shape == arr.shape
+    assert back["fortran"].flags.f_contiguous
+    assert back["f32"].flags.writeable
+    back["f32"][0, 0] = -1.0
+    assert graph_cache.read_entry(path)[1]["f32"][0, 0] == 0.0
+    assert back["f32"].ctypes.data % graph_cache.ALIGN == 0
+
+
+def test_a_cut_short_entry_raises_value_error(tmp_path):
+    path = tmp_path / "e.pkl"
+    with open(path, "wb") as f:
+        graph_cache.write_entry(f, (1, {"w": np.ones(4096, np.float32)}))
+    good = path.read_bytes()
+    path.write_bytes(good[:-100])
+    with pytest.raises(ValueError, match="cut short"):
+        graph_cache.read_entry(path)
+    path.write_bytes(b"x" * 100)
+    with pytest.raises(ValueError, match="not a graph-cache entry"):
+        graph_cache.read_entry(path)
