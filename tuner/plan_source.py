@@ -15,7 +15,7 @@ import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import fields, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dispatch.config import Config
 from dispatch.errors import ArgumentError
@@ -33,7 +33,9 @@ from tuner.store import (
     StoreOutdatedError,
     StoreRecoveredWarning,
 )
-from tuner.tune_types import TuneOptions, TuneResult
+
+if TYPE_CHECKING:  # imported when a Session tunes, not at start-up (issue 13)
+    from tuner.tune_types import TuneOptions, TuneResult
 
 #: ``TuneOptions`` fields a Session sets itself (from its objective and backends).
 SESSION_TUNE_FIELDS = ("objective", "memory_cap_bytes", "backends", "budget_s", "allow_nonstrict_nan")
@@ -57,6 +59,8 @@ class StorePlanSource:
 
     def check_tune_options(self, tune_options: Any) -> None:
         """Raise ArgumentError unless ``tune_options`` is a :class:`tuner.tune.TuneOptions`."""
+        from tuner.tune_types import TuneOptions
+
         if not isinstance(tune_options, TuneOptions):
             raise ArgumentError(
                 f"tune_options must be a tuner.tune.TuneOptions, received "
@@ -163,6 +167,8 @@ def _tune_settings(
 ) -> TuneOptions:
     """The Session's tuning options: ``options`` over ``base_options`` (else the configured
     defaults), with the Session's objective, backends and budget."""
+    from tuner.tune_types import TuneOptions
+
     known = {f.name for f in fields(TuneOptions)} - set(SESSION_TUNE_FIELDS)
     fixed = sorted(set(options) & set(SESSION_TUNE_FIELDS))
     if fixed:
