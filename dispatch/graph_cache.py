@@ -174,15 +174,14 @@ def write_entry(f: BinaryIO, entry: Any) -> None:
     buffers: list[pickle.PickleBuffer] = []
     body = pickle.dumps(entry, protocol=5, buffer_callback=buffers.append)
     raws = [b.raw() for b in buffers]
-    offset = len(MAGIC) + _HEAD.size + _SPAN.size * len(raws) + len(body)
+    at = end = len(MAGIC) + _HEAD.size + _SPAN.size * len(raws) + len(body)
     spans = []
     for raw in raws:
-        offset += -offset % ALIGN
-        spans.append((offset, raw.nbytes))
-        offset += raw.nbytes
+        end += -end % ALIGN
+        spans.append((end, raw.nbytes))
+        end += raw.nbytes
     f.write(MAGIC + _HEAD.pack(len(body), len(raws)) + b"".join(_SPAN.pack(*s) for s in spans))
     f.write(body)
-    at = len(MAGIC) + _HEAD.size + _SPAN.size * len(raws) + len(body)
     for (start, _), raw in zip(spans, raws):
         f.write(b"\0" * (start - at))
         f.write(raw)

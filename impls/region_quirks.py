@@ -205,7 +205,7 @@ def onnxruntime_reason(node: Node) -> str | None:
                 "NOT_IMPLEMENTED)")
     y = node.outputs[0] if node.outputs else None
     if node.op_type == "EyeLike" and y is not None and y.dtype is not None:
-        out = np.dtype(y.dtype).name
+        out = dtype_name(y.dtype)
         if out not in ORT_EYE_LIKE_OUT:
             return f"onnxruntime has no EyeLike kernel giving {out} (measured: NOT_IMPLEMENTED)"
     scatter = node.op_type in ("ScatterND", "ScatterElements")
