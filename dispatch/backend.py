@@ -46,6 +46,7 @@ from dispatch.entry_points import distribution_label, entry_points
 from dispatch.errors import OpDispatchError, RegistryError
 
 if TYPE_CHECKING:
+    from dispatch.backend_manifest import Manifest
     from dispatch.registry import Registry
 
 ENTRY_POINT_GROUP = "opdispatch.backends"
@@ -71,6 +72,10 @@ class Backend:
     #: names of backends that must never be active together with this one (symmetric: see
     #: the module docstring for which one wins)
     conflicts: tuple[str, ...] = ()
+    #: the backends whose registration this one's ``register()`` reads (their layouts, their
+    #: status), which must therefore register first when registrations are deferred
+    #: (:mod:`dispatch.backend_manifest`); ``None``: every backend registered before it
+    registration_needs: tuple[str, ...] | None = None
 
     def availability(self) -> str | None:
         """``None`` when the backend can run here, else why it cannot."""
@@ -261,7 +266,8 @@ def discover(
 
 
 def _discover(
-    registry: Registry, plugin_path: str | None, order: tuple[str, ...], source: str
+    registry: Registry, plugin_path: str | None, order: tuple[str, ...], source: str,
+    manifest: Manifest | None = None,
 ) -> None:
     candidates: list[tuple[str, str, Loader]] = list(_entry_point_sources())
     for name, path in _plugin_modules(plugin_path):
@@ -281,7 +287,7 @@ def _discover(
             status = _instantiate(registry, cls, origin, label)
             if status is not None:
                 found.append(status)
-    _settle(registry, found, order, source)
+    _settle(registry, found, order, source, manifest)
 
 
 def _record(registry: Registry, status: BackendStatus) -> BackendStatus:
@@ -391,10 +397,12 @@ def _conflict(a: BackendStatus, b: BackendStatus) -> str | None:
 
 
 def _settle(
-    registry: Registry, found: Sequence[BackendStatus], order: Sequence[str], source: str
+    registry: Registry, found: Sequence[BackendStatus], order: Sequence[str], source: str,
+    manifest: Manifest | None = None,
 ) -> None:
     """Settle conflicts among ``found`` (and the backends already active in ``registry``)
-    and register the winners; see the module docstring."""
+    and register the winners; see the module docstring. With a ``manifest`` whose backends
+    are the winners, the winners' registrations are deferred instead."""
     order = tuple(order)
     rank = {st.name: (order.index(st.name) if st.name in order else len(order), k)
             for k, st in enumerate(found)}
@@ -426,6 +434,9 @@ def _settle(
         if not todo:
             return
         before = len(failed)
+        if manifest is not None and not active and not failed and _matches(manifest, todo):
+            _defer_all(registry, manifest, todo)
+            return
         for st in todo:  # in discovery order
             if _register(registry, st):
                 active.append(st)
@@ -470,12 +481,48 @@ def _activate(registry: Registry, cls: object, origin: str) -> None:
         _settle(registry, [status], (), "none: the backend was added after discovery")
 
 
+def _matches(manifest: Manifest, winners: Sequence[BackendStatus]) -> bool:
+    """Whether ``manifest`` recorded exactly these winners, in this order."""
+    return [(b["name"], b.get("origin"), b.get("version")) for b in manifest.backends] == [
+        (st.name, st.origin, st.version) for st in winners]
+
+
+def _defer_all(registry: Registry, manifest: Manifest, winners: Sequence[BackendStatus]) -> None:
+    """Defer the registration of each winner (see :mod:`dispatch.backend_manifest`); one
+    that brings custom operators registers now, after the backends it needs."""
+    from dispatch.registry import DeferredBackend
+
+    for st in winners:
+        entry = manifest.entry(st.name)
+        assert entry is not None and st.backend is not None
+        needs = st.backend.registration_needs
+        if entry.get("custom_ops"):
+            registry.complete(tuple(needs) if needs is not None else None)
+            _register(registry, st)
+            continue
+        st.available, st.reason = True, None
+        st.implementations = len(entry["impls"])
+        st.layouts = sorted(entry.get("layouts") or ())
+        st.custom_ops = []
+        registry.defer(DeferredBackend(
+            st, dict(entry["impls"]), tuple(entry.get("layouts") or ()),
+            tuple(entry.get("converters") or ()), tuple(entry.get("names") or ()),
+            None if needs is None else tuple(needs)), complete_registration)
+
+
+def complete_registration(registry: Registry, status: BackendStatus) -> bool:
+    """Run the deferred ``register()`` of ``status``'s backend (see
+    :meth:`dispatch.registry.Registry.complete`)."""
+    status.available = False
+    return _register(registry, status)
+
+
 def _register(registry: Registry, status: BackendStatus) -> bool:
     """Run the backend's ``register()``; on failure undo what it added and record why."""
     backend = status.backend
     assert backend is not None
-    before_impls = len(registry.implementations)
-    before_layouts = set(registry.layouts.layouts)
+    before_impls = len(registry._by_name)
+    before_layouts = set(registry.layouts._layouts)
     before_ops = set(registry.custom_ops)
     snapshot = _snapshot(registry)
     try:
@@ -488,8 +535,11 @@ def _register(registry: Registry, status: BackendStatus) -> bool:
         return False
     status.available = True
     status.reason = None
-    status.implementations = len(registry.implementations) - before_impls
-    status.layouts = sorted(set(registry.layouts.layouts) - before_layouts)
+    registry._note_owner(status.name, snapshot)
+    status.implementations = len(registry._by_name) - before_impls
+    status.layouts = sorted(set(registry.layouts._layouts) - before_layouts)
+    if status.name not in registry._order:
+        registry._order.append(status.name)
     status.custom_ops = sorted(set(registry.custom_ops) - before_ops)
     return True
 
@@ -498,8 +548,8 @@ def _snapshot(registry: Registry) -> tuple:
     return (
         dict(registry._by_name),
         {k: list(v) for k, v in registry._by_op.items()},
-        dict(registry.layouts.layouts),
-        {k: list(v) for k, v in registry.layouts.converters.items()},
+        dict(registry.layouts._layouts),
+        {k: list(v) for k, v in registry.layouts._converters.items()},
         dict(registry.custom_ops),
     )
 
@@ -507,7 +557,7 @@ def _snapshot(registry: Registry) -> tuple:
 def _restore(registry: Registry, snap: tuple) -> None:
     """Undo a backend's partial registration so a failing ``register()`` leaves no trace
     (a custom operator schema it gave onnx stays known to onnx's checker in this process)."""
-    (registry._by_name, registry._by_op, registry.layouts.layouts, registry.layouts.converters,
+    (registry._by_name, registry._by_op, registry.layouts._layouts, registry.layouts._converters,
      registry.custom_ops) = snap
     registry.layouts._paths.clear()
 
@@ -516,11 +566,15 @@ _REGISTRIES: dict[tuple[str | None, tuple[str, ...]], Registry] = {}
 
 
 def load_registry(
-    plugin_path: str | None = None, *, fresh: bool = False, order: Sequence[str] | None = None
+    plugin_path: str | None = None, *, fresh: bool = False, order: Sequence[str] | None = None,
+    manifest_dir: Path | None = None,
 ) -> Registry:
     """The registry of every discovered backend (cached per plugin path and backend order
     unless ``fresh``). ``order`` ranks conflicting backends (default: the configured backend
-    order)."""
+    order). With ``manifest_dir`` (the graph cache folder), a registry made here reads the
+    manifest of the last full registration and defers every backend's registration until
+    it is needed, or writes that manifest (:mod:`dispatch.backend_manifest`)."""
+    from dispatch import backend_manifest
     from dispatch.registry import Registry
     from layouts.registry import LayoutRegistry
     from layouts.standard import standard_layout
@@ -531,7 +585,12 @@ def load_registry(
         return _REGISTRIES[key]
     registry = Registry(layouts=LayoutRegistry())
     registry.layouts.add_layout(standard_layout())
-    _discover(registry, plugin_path, ranked_by, source)
+    ctx = backend_manifest.context(plugin_path, ranked_by) if manifest_dir is not None else ""
+    manifest = backend_manifest.read(manifest_dir, ctx) if manifest_dir is not None else None
+    before = set(sys.modules)
+    _discover(registry, plugin_path, ranked_by, source, manifest)
+    if manifest_dir is not None and not registry.deferred:
+        backend_manifest.write(manifest_dir, ctx, registry, set(sys.modules) - before)
     if not fresh:
         _REGISTRIES[key] = registry
     return registry

@@ -161,8 +161,8 @@ def check_supported_ops(graph: Graph, registry: Registry, order: Sequence[str]) 
     missing: dict[str, list[str]] = {}
     in_regions: set[str] = set()
     singles: dict[str, list[Implementation]] = {}
-    if all(registry.has_op(n.key_op) and any(i.backend in order for i in registry.impls_for(n.key_op))
-           for n in graph.nodes):
+    allowed = set(order)
+    if all(registry.op_backends(n.key_op) & allowed for n in graph.nodes):
         return  # every node has a kernel: the regions (~60 ms on a 240-node graph) can only add
     for found in region_proposals(graph, registry, order).values():
         for impl, names in found:
@@ -175,9 +175,7 @@ def check_supported_ops(graph: Graph, registry: Registry, order: Sequence[str]) 
                 i.supports(region_node(graph, [name])) is None for i in impls):
             in_regions.add(name)
     for node in graph.nodes:
-        ok = node.name in in_regions or (registry.has_op(node.key_op) and any(
-            i.backend in order for i in registry.impls_for(node.key_op)
-        ))
+        ok = node.name in in_regions or bool(registry.op_backends(node.key_op) & allowed)
         if not ok:
             missing.setdefault(node.key_op, []).append(node.name)
     if missing:

@@ -108,11 +108,11 @@ def backends_of(plan: Plan, registry: Registry) -> dict[str, int]:
     """backend -> how many steps and conversions of ``plan`` it runs (a conversion counts for
     the backend of each converter of its chain that the registry knows)."""
     used: Counter[str] = Counter(s.backend for s in plan.steps if isinstance(s.backend, str))
-    by_name = {c.name: c.backend for cs in registry.layouts.converters.values() for c in cs}
     for conv in plan.conversions:
         for name in conv.chain if isinstance(conv.chain, list) else ():
-            if isinstance(name, str) and name in by_name:
-                used[by_name[name]] += 1
+            found = registry.layouts.find_converter(name) if isinstance(name, str) else None
+            if found is not None:
+                used[found.backend] += 1
     return dict(used)
 
 
@@ -126,10 +126,9 @@ def _check_backends(plan: Plan, registry: Registry) -> None:
             f"plan provenance: software.backends must be an object of backend -> version, "
             f"received {type(tuned_with).__name__}"
         )
-    mine = {i.backend for i in registry.implementations}
     for name, count in sorted(backends_of(plan, registry).items()):
         status = registry.backends.get(name)
-        if status is None and name not in mine:
+        if status is None and name not in {i.backend for i in registry.implementations}:
             raise PlanError(
                 f"the plan runs {count} step(s) or conversion(s) on backend {name!r}, which is "
                 f"not installed here (no entry point, plugin folder module or registered "
@@ -212,7 +211,7 @@ def _check_conversion(k: int, conv: Conversion, graph: Graph, registry: Registry
     if not isinstance(conv.value, str) or conv.value not in graph.values:
         raise PlanError(f"{where}: {conv.value!r} is not a value of graph {graph.name!r}")
     for lay in (conv.src, conv.dst):
-        if not isinstance(lay, str) or lay not in registry.layouts.layouts:
+        if not isinstance(lay, str) or not registry.layouts.has_layout(lay):
             raise PlanError(
                 f"{where}: unknown layout {lay!r}; expected one of {known(registry.layouts.layouts)}"
             )

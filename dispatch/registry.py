@@ -21,6 +21,7 @@ the tuner checks its other implementations against that reference like any other
 from __future__ import annotations
 
 import enum
+import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -258,8 +259,37 @@ class ImplTable:
 
 
 @dataclass
+class DeferredBackend:
+    """A backend whose ``register()`` has not run yet: what its last full registration
+    recorded (:mod:`dispatch.backend_manifest`), enough to key plans and to find which
+    backend a name belongs to. :meth:`Registry.complete` runs the registration."""
+
+    status: BackendStatus
+    #: implementation name -> operator key
+    impls: dict[str, str]
+    layouts: tuple[str, ...] = ()
+    converters: tuple[str, ...] = ()
+    #: what keys its plans: its implementations' and (``layout:NAME``) layouts' names
+    names: tuple[str, ...] = ()
+    #: the backends whose registration must come first (``None``: every backend registered
+    #: before this one; see :attr:`dispatch.backend.Backend.registration_needs`)
+    needs: tuple[str, ...] | None = None
+
+    @property
+    def ops(self) -> set[str]:
+        return set(self.impls.values())
+
+
+@dataclass
 class Registry:
-    """Every implementation, backend and layout known to this process."""
+    """Every implementation, backend and layout known to this process.
+
+    A backend's registration may be deferred (a process that starts from a stored plan
+    registers only the backends its plan runs; :mod:`dispatch.backend_manifest`): every
+    accessor below completes the deferred backends it needs first, in the order a full
+    registration would have run them, so that what it returns is what it would have
+    returned had every backend registered at discovery.
+    """
 
     layouts: LayoutRegistry
     _by_op: dict[str, list[Implementation]] = field(default_factory=dict)
@@ -268,6 +298,134 @@ class Registry:
     #: operators of non-default ONNX domains brought by backends, by registry key
     #: (``domain::op_type``)
     custom_ops: dict[str, CustomOp] = field(default_factory=dict)
+    #: backends registered or deferred, in registration order
+    _order: list[str] = field(default_factory=list)
+    _deferred: dict[str, DeferredBackend] = field(default_factory=dict)
+    #: ``impl:NAME`` / ``layout:NAME`` / ``converter:NAME`` -> the backend whose
+    #: registration added it (a backend may add implementations of another backend name,
+    #: e.g. a custom operator's reference)
+    _owner: dict[str, str] = field(default_factory=dict, repr=False)
+    _lock: threading.RLock = field(default_factory=threading.RLock, repr=False, compare=False)
+    #: runs a deferred backend's registration (dispatch.backend.complete_registration)
+    _completer: Callable[[Registry, BackendStatus], Any] | None = field(
+        default=None, repr=False, compare=False)
+    _completing: bool = False
+
+    def __post_init__(self) -> None:
+        self.layouts._resolve = self._resolve_layouts
+
+    # -- deferred registration -------------------------------------------------------
+    def defer(self, deferred: DeferredBackend,
+              completer: Callable[[Registry, BackendStatus], Any]) -> None:
+        """Record ``deferred`` as registered-to-be; ``completer(registry, status)`` runs its
+        registration when it is needed (see :mod:`dispatch.backend_manifest`)."""
+        self._completer = completer
+        self._deferred[deferred.status.name] = deferred
+        self._order.append(deferred.status.name)
+
+    @property
+    def deferred(self) -> list[str]:
+        """The backends whose registration is still deferred, in registration order."""
+        return list(self._deferred)
+
+    def complete(self, backends: Iterable[str] | None = None) -> None:
+        """Run the deferred registrations of ``backends`` (default: all), after those they
+        need, in registration order."""
+        if not self._deferred or self._completing:
+            return
+        with self._lock:
+            wanted = list(self._deferred) if backends is None else [
+                b for b in backends if b in self._deferred]
+            if not wanted or self._completing:
+                return
+            todo: set[str] = set()
+            stack = list(wanted)
+            while stack:
+                name = stack.pop()
+                if name in todo or name not in self._deferred:
+                    continue
+                todo.add(name)
+                needs = self._deferred[name].needs
+                if needs is None:
+                    needs = tuple(self._order[:self._order.index(name)])
+                stack.extend(needs)
+            assert self._completer is not None
+            self._completing = True
+            try:
+                for name in [b for b in self._order if b in todo]:
+                    self._completer(self, self._deferred.pop(name).status)
+                self._reorder()
+            finally:
+                self._completing = False
+
+    def _complete_if(self, pred: Callable[[DeferredBackend], bool]) -> None:
+        if self._deferred and not self._completing:
+            self.complete([n for n, d in list(self._deferred.items()) if pred(d)])
+
+    def _note_owner(self, backend: str, before: tuple) -> None:
+        """Record ``backend`` as the registrant of what it added since snapshot ``before``
+        (:func:`dispatch.backend._snapshot`)."""
+        for name in self._by_name.keys() - before[0].keys():
+            self._owner[f"impl:{name}"] = backend
+        for name in self.layouts._layouts.keys() - before[2].keys():
+            self._owner[f"layout:{name}"] = backend
+        had = {c.name for cs in before[3].values() for c in cs}
+        for convs in self.layouts._converters.values():
+            for c in convs:
+                if c.name not in had:
+                    self._owner[f"converter:{c.name}"] = backend
+
+    def _reorder(self) -> None:
+        """Put implementations, layouts and converters in registration order, as a full
+        registration would have left them (a backend completed late appended its own)."""
+        rank = {b: k for k, b in enumerate(self._order)}
+
+        def key(kind: str, name: str, backend: str) -> int:
+            return rank.get(self._owner.get(f"{kind}:{name}", backend), len(rank))
+
+        self._by_name = dict(sorted(self._by_name.items(),
+                                    key=lambda kv: key("impl", kv[0], kv[1].backend)))
+        for impls in self._by_op.values():
+            impls.sort(key=lambda i: key("impl", i.name, i.backend))
+        lay = self.layouts
+        lay._layouts = dict(sorted(lay._layouts.items(), key=lambda kv: (
+            kv[0] != STANDARD, key("layout", kv[0], kv[1].backend))))
+        for convs in lay._converters.values():
+            convs.sort(key=lambda c: key("converter", c.name, c.backend))
+        lay._paths.clear()
+
+    def _resolve_layouts(self, kind: str, name: str = "") -> None:
+        """The layout registry's hook: complete the deferred backend that brings layout or
+        converter ``name`` (``kind`` ``"layout"`` or ``"converter"``), or every deferred one
+        (``"all"``)."""
+        if kind == "all":
+            self._complete_if(lambda d: True)
+        elif kind == "layout":
+            self._complete_if(lambda d: name in d.layouts)
+        else:
+            self._complete_if(lambda d: name in d.converters)
+
+    def names_by_backend(self, backends: Iterable[str]) -> dict[str, list[str]]:
+        """backend -> the names of its implementations and (``layout:NAME``) layouts, whether
+        registered or deferred, without completing any."""
+        names: dict[str, list[str]] = {b: [] for b in backends}
+        live = {b for b in names if b not in self._deferred}
+        for impl in self._by_name.values():
+            if impl.backend in live:
+                names[impl.backend].append(impl.name)
+        for lay in self.layouts._layouts.values():
+            if getattr(lay, "backend", None) in live:
+                names[lay.backend].append(f"layout:{lay.name}")
+        for b in names.keys() - live:
+            names[b] = list(self._deferred[b].names)  # as recorded by a full registration
+        return names
+
+    def op_backends(self, op: str) -> set[str]:
+        """The backends with an implementation of ``op`` (registered or deferred), without
+        completing any."""
+        found = {i.backend for i in self._by_op.get(op, ())}
+        found.update(b for b, d in self._deferred.items() if op in d.impls.values())
+        return found
 
     # -- implementations -------------------------------------------------------------
     def add_impl(self, impl: Implementation) -> None:
@@ -288,6 +446,10 @@ class Registry:
     def impls_for(self, op: str, backends: Sequence[str] | None = None) -> list[Implementation]:
         """Implementations of ``op`` (optionally restricted to ``backends``, kept in that
         order, then by descending priority). Unknown ops raise, listing the known ops."""
+        self._complete_if(lambda d: op in d.impls.values() and (
+            backends is None or d.status.name in backends))
+        if op not in self._by_op:
+            self._complete_if(lambda d: True)  # the error lists every known operator
         if op not in self._by_op:
             raise RegistryError(
                 f"no implementation is registered for operator {op!r}; known operators: "
@@ -302,6 +464,7 @@ class Registry:
 
     def patterns(self, backends: Sequence[str] | None = None) -> list[Implementation]:
         """Fused (multi-node) implementations, optionally of ``backends`` only."""
+        self._complete_if(lambda d: backends is None or d.status.name in backends)
         return [
             i for i in self._by_name.values()
             if i.pattern and (backends is None or i.backend in backends)
@@ -310,6 +473,7 @@ class Registry:
     def regions(self, backends: Sequence[str] | None = None) -> list[Implementation]:
         """Region implementations (subgraph backends), optionally of ``backends`` only, in
         that order."""
+        self._complete_if(lambda d: backends is None or d.status.name in backends)
         found = [i for i in self._by_name.values() if i.is_region and (backends is None or i.backend in backends)]
         if backends is not None:
             rank = {b: k for k, b in enumerate(backends)}
@@ -317,12 +481,13 @@ class Registry:
         return found
 
     def has_op(self, op: str) -> bool:
-        return op in self._by_op
+        return op in self._by_op or any(op in d.impls.values() for d in self._deferred.values())
 
     def reference_impl(self, node: Node, exclude: Iterable[str] = ()) -> Implementation | None:
         """The reference implementation of ``node``: the first implementation of the
         reference backend (:data:`REFERENCE_BACKEND`) registered for its op that supports it,
         skipping the names in ``exclude``; ``None`` when there is none."""
+        self._complete_if(lambda d: d.status.name == REFERENCE_BACKEND)
         skip = set(exclude)
         for impl in self._by_op.get(node.key_op, ()):
             if impl.backend == REFERENCE_BACKEND and impl.name not in skip and impl.supports(node) is None:
@@ -330,19 +495,24 @@ class Registry:
         return None
 
     def impl(self, name: str) -> Implementation:
+        if name not in self._by_name:
+            self._complete_if(lambda d: name in d.impls)
         try:
             return self._by_name[name]
         except KeyError:
+            self._complete_if(lambda d: True)  # the error lists every known name
             raise RegistryError(
                 f"unknown implementation {name!r}; known: {known(self._by_name, limit=40)}"
             ) from None
 
     @property
     def ops(self) -> list[str]:
+        self._complete_if(lambda d: True)
         return sorted(self._by_op)
 
     @property
     def implementations(self) -> list[Implementation]:
+        self._complete_if(lambda d: True)
         return list(self._by_name.values())
 
     # -- custom operators ------------------------------------------------------------

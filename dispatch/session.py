@@ -202,7 +202,11 @@ class Session(TuningMixin, FallbackMixin):
         self._lookup_s = 0.0
         t_stage = t0  # the plan source's set-up counts with the configuration
         self.config = config or Config.load()
-        self.registry = registry or load_registry(self.config.plugin_path or None, order=self.config.backend_order)
+        # with the graph cache on, only the backends the plan runs register (the manifest of
+        # the last full registration keys the plan: dispatch.backend_manifest)
+        self.registry = registry or load_registry(
+            self.config.plugin_path or None, order=self.config.backend_order,
+            manifest_dir=graph_cache.cache_dir(self.config.graph_cache))
         order = list(backends) if backends is not None else list(self.config.backend_order)
         if backends is None:
             # the configured order first, then every other available backend

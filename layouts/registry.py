@@ -76,12 +76,39 @@ class LayoutRegistry:
     ``cost_model`` prices one converter for a tensor shape and dtype; the default counts the
     bytes read plus the bytes written (:func:`bytes_moved`). The tuner replaces it with
     measured costs.
+
+    The registry of a process whose backends registered lazily
+    (:class:`dispatch.registry.Registry`) completes the backend that brings a layout or
+    converter when it is looked up, and every backend when all of them are listed
+    (:attr:`layouts`, :attr:`converters`, paths).
     """
 
-    layouts: dict[str, Layout] = field(default_factory=dict)
-    converters: dict[tuple[str, str], list[Converter]] = field(default_factory=dict)
+    _layouts: dict[str, Layout] = field(default_factory=dict)
+    _converters: dict[tuple[str, str], list[Converter]] = field(default_factory=dict)
     cost_model: CostFn | None = None
     _paths: dict[tuple, tuple[float, tuple[Converter, ...]]] = field(default_factory=dict)
+    #: ``resolve(kind, name)``: completes deferred registrations (set by the Registry)
+    _resolve: Callable[..., None] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def layouts(self) -> dict[str, Layout]:
+        """Every layout by name."""
+        if self._resolve is not None:
+            self._resolve("all")
+        return self._layouts
+
+    @property
+    def converters(self) -> dict[tuple[str, str], list[Converter]]:
+        """Every converter by ``(src, dst)``."""
+        if self._resolve is not None:
+            self._resolve("all")
+        return self._converters
+
+    def has_layout(self, name: str) -> bool:
+        """Whether layout ``name`` is registered."""
+        if name not in self._layouts and self._resolve is not None:
+            self._resolve("layout", name)
+        return name in self._layouts
 
     def add_layout(
         self,
@@ -92,8 +119,8 @@ class LayoutRegistry:
     ) -> None:
         """Register ``layout``; every non-standard layout must bring both standard converters."""
 
-        if layout.name in self.layouts:
-            other = self.layouts[layout.name]
+        if layout.name in self._layouts:
+            other = self._layouts[layout.name]
             raise LayoutError(
                 f"duplicate layout {layout.name!r}: already registered by backend "
                 f"{other.backend!r}, received again from backend {layout.backend!r}"
@@ -103,7 +130,7 @@ class LayoutRegistry:
                 f"layout {layout.name!r} of backend {layout.backend!r} must register both "
                 f"to_standard and from_standard converters"
             )
-        self.layouts[layout.name] = layout
+        self._layouts[layout.name] = layout
         if layout.name != STANDARD:
             assert to_standard is not None and from_standard is not None
             self.add_converter(layout.name, STANDARD, to_standard, backend=layout.backend)
@@ -115,7 +142,7 @@ class LayoutRegistry:
         """Register a converter ``src -> dst`` (a direct shortcut when neither end is standard)."""
 
         for lay in (src, dst):
-            if lay not in self.layouts:
+            if not self.has_layout(lay):
                 raise LayoutError(
                     f"converter {src}->{dst} names unknown layout {lay!r}; known layouts: "
                     f"{known(self.layouts)}"
@@ -130,23 +157,30 @@ class LayoutRegistry:
             backend=backend,
             direct=STANDARD not in (src, dst),
         )
-        self.converters.setdefault((src, dst), []).append(conv)
+        self._converters.setdefault((src, dst), []).append(conv)
         self._paths.clear()
         return conv
 
     def layout(self, name: str) -> Layout:
-        try:
-            return self.layouts[name]
-        except KeyError:
-            raise LayoutError(
-                f"unknown layout {name!r}; known layouts: {known(self.layouts)}"
-            ) from None
+        if self.has_layout(name):
+            return self._layouts[name]
+        raise LayoutError(f"unknown layout {name!r}; known layouts: {known(self.layouts)}")
+
+    def find_converter(self, name: str) -> Converter | None:
+        """The converter named ``name``, or ``None``."""
+        for attempt in range(2):
+            for convs in self._converters.values():
+                for c in convs:
+                    if c.name == name:
+                        return c
+            if attempt == 0 and self._resolve is not None:
+                self._resolve("converter", name)
+        return None
 
     def converter(self, name: str) -> Converter:
-        for convs in self.converters.values():
-            for c in convs:
-                if c.name == name:
-                    return c
+        found = self.find_converter(name)
+        if found is not None:
+            return found
         raise LayoutError(
             f"unknown converter {name!r}; known: "
             f"{known(c.name for cs in self.converters.values() for c in cs)}"

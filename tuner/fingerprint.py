@@ -387,13 +387,7 @@ def implementation_digests(registry: Registry, backends: Sequence[str]) -> dict[
     a plan can only be built by a process that registered what it names, and a backend's
     Python registration can change (a new kernel wired in) without its library version
     changing."""
-    names: dict[str, list[str]] = {b: [] for b in backends}
-    for impl in registry.implementations:
-        if impl.backend in names:
-            names[impl.backend].append(impl.name)
-    for lay in registry.layouts.layouts.values():
-        if getattr(lay, "backend", None) in names:
-            names[lay.backend].append(f"layout:{lay.name}")
+    names = registry.names_by_backend(backends)  # deferred registrations stay deferred
     return {b: hashlib.sha256("\n".join(sorted(n)).encode()).hexdigest()[:12] for b, n in names.items()}
 
 

@@ -43,6 +43,7 @@ class NativeBackend(Backend):
     OpenMP threads, AVX2/AVX-512 code chosen at run time with a portable fallback."""
 
     name = "native"
+    registration_needs = ()
     device = "cpu"
 
     def availability(self) -> str | None:

@@ -43,6 +43,7 @@ class NumpyBackend(Backend):
     """Reference implementations in numpy; the semantics every other backend is tested against."""
 
     name = "numpy"
+    registration_needs = ()
     device = "cpu"
 
     def version(self) -> str:

@@ -49,6 +49,8 @@ class OneDnnBackend(Backend):
 
     name = "onednn"
     device = "cpu"
+    #: its layouts registration reads whether the native backend brings the shared layouts
+    registration_needs = ("native",)
 
     def availability(self) -> str | None:
         return _module.error()

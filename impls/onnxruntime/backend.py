@@ -23,6 +23,7 @@ class OnnxRuntimeBackend(Backend):
     tuner at several granularities (single nodes, residual blocks, stages, maximal regions)."""
 
     name = "onnxruntime"
+    registration_needs = ()
     device = "cpu"
 
     def availability(self) -> str | None:
@@ -36,9 +37,9 @@ class OnnxRuntimeBackend(Backend):
     def configure(self, config: Config) -> None:
         """Intra-op threads of the sessions built from now on (0: every core this process may
         use)."""
-        from impls.onnxruntime import region
+        from impls.onnxruntime.settings import SETTINGS
 
-        region.SETTINGS["intra_op_threads"] = int(config.threads or 0)
+        SETTINGS["intra_op_threads"] = int(config.threads or 0)
 
     def register(self, registry: Registry) -> None:
         from impls.onnxruntime.region import impls

@@ -23,6 +23,7 @@ from dispatch.fusion import FusedNode
 from dispatch.graph import Graph, Node
 from dispatch.registry import ImplTable, Priority
 from impls import region_quirks, regions
+from impls.onnxruntime.settings import SETTINGS as SETTINGS  # set by the backend's configure
 from impls.region_profile import MemoryProbe, first_run
 from impls.regions import _cut_points as _cut_points  # re-exported: tests import it from here
 from impls.regions import _cut_value as _cut_value
@@ -30,10 +31,6 @@ from impls.regions import region_model, region_reason, static_node_reason
 from impls.regions import usable_cores as _usable_cores
 
 impls = ImplTable("onnxruntime")
-
-#: set by OnnxRuntimeBackend.configure; 0: every core this process may use (as the native
-#: backend; onnxruntime's own default is the physical cores)
-SETTINGS: dict[str, int] = {"intra_op_threads": 0}
 
 #: default-domain ops never offered (none today; onnxruntime implements the standard set)
 UNSUPPORTED_OPS: frozenset[str] = frozenset()

@@ -22,6 +22,7 @@ class OpenVinoBackend(Backend):
     granularities (single nodes, residual blocks, stages, maximal regions)."""
 
     name = "openvino"
+    registration_needs = ()
     device = "cpu"
 
     def availability(self) -> str | None:
@@ -35,10 +36,10 @@ class OpenVinoBackend(Backend):
     def configure(self, config: Config) -> None:
         """Inference threads of the models compiled from now on (0: every core this process
         may use)."""
-        from impls.openvino import region
+        from impls.openvino.settings import SETTINGS
 
-        region.SETTINGS["threads"] = int(config.threads or 0)
-        region.SETTINGS["compiled_cache"] = config.compiled_cache
+        SETTINGS["threads"] = int(config.threads or 0)
+        SETTINGS["compiled_cache"] = config.compiled_cache
 
     def register(self, registry: Registry) -> None:
         from impls.openvino.region import impls

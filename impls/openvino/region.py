@@ -19,13 +19,11 @@ from dispatch.fusion import FusedNode
 from dispatch.graph import Graph, Node
 from dispatch.registry import ImplTable, Priority
 from impls import region_quirks, regions
+from impls.openvino.settings import SETTINGS as SETTINGS  # set by the backend's configure
 from impls.region_profile import MemoryProbe, first_run
 from impls.regions import region_reason, static_node_reason, usable_cores
 
 impls = ImplTable("openvino")
-
-#: set by OpenVinoBackend.configure; 0: every core this process may use
-SETTINGS: dict[str, Any] = {"threads": 0, "compiled_cache": "off"}
 
 #: default-domain ops never offered to OpenVINO, with why
 UNSUPPORTED_OPS: dict[str, str] = {

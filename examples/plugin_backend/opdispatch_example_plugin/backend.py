@@ -19,6 +19,9 @@ class ExampleBackend(Backend):
 
     name = "example"
     device = "cpu"
+    #: register() reads nothing other backends registered, so a process that defers the
+    #: registration of backends it does not use need not register any before this one
+    registration_needs = ()
 
     def version(self) -> str:
         from . import __version__
