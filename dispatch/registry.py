@@ -309,7 +309,8 @@ class Registry:
     #: runs a deferred backend's registration (dispatch.backend.complete_registration)
     _completer: Callable[[Registry, BackendStatus], Any] | None = field(
         default=None, repr=False, compare=False)
-    _completing: bool = False
+    #: the thread running deferred registrations (0: none)
+    _completing: int = 0
 
     def __post_init__(self) -> None:
         self.layouts._resolve = self._resolve_layouts
@@ -331,12 +332,13 @@ class Registry:
     def complete(self, backends: Iterable[str] | None = None) -> None:
         """Run the deferred registrations of ``backends`` (default: all), after those they
         need, in registration order."""
-        if not self._deferred or self._completing:
-            return
-        with self._lock:
+        me = threading.get_ident()
+        if not self._deferred or self._completing == me:
+            return  # a registration running now sees the registry as it is
+        with self._lock:  # another thread's lookups wait for the registrations they need
             wanted = list(self._deferred) if backends is None else [
                 b for b in backends if b in self._deferred]
-            if not wanted or self._completing:
+            if not wanted:
                 return
             todo: set[str] = set()
             stack = list(wanted)
@@ -350,16 +352,16 @@ class Registry:
                     needs = tuple(self._order[:self._order.index(name)])
                 stack.extend(needs)
             assert self._completer is not None
-            self._completing = True
+            self._completing = me
             try:
                 for name in [b for b in self._order if b in todo]:
                     self._completer(self, self._deferred.pop(name).status)
                 self._reorder()
             finally:
-                self._completing = False
+                self._completing = 0
 
     def _complete_if(self, pred: Callable[[DeferredBackend], bool]) -> None:
-        if self._deferred and not self._completing:
+        if self._deferred and self._completing != threading.get_ident():
             self.complete([n for n, d in list(self._deferred.items()) if pred(d)])
 
     def _note_owner(self, backend: str, before: tuple) -> None:
@@ -383,15 +385,17 @@ class Registry:
         def key(kind: str, name: str, backend: str) -> int:
             return rank.get(self._owner.get(f"{kind}:{name}", backend), len(rank))
 
+        # new containers, each assigned at once: a reader in another thread sees the old or
+        # the new one, never a list being sorted
         self._by_name = dict(sorted(self._by_name.items(),
                                     key=lambda kv: key("impl", kv[0], kv[1].backend)))
-        for impls in self._by_op.values():
-            impls.sort(key=lambda i: key("impl", i.name, i.backend))
+        self._by_op = {op: sorted(impls, key=lambda i: key("impl", i.name, i.backend))
+                       for op, impls in self._by_op.items()}
         lay = self.layouts
         lay._layouts = dict(sorted(lay._layouts.items(), key=lambda kv: (
             kv[0] != STANDARD, key("layout", kv[0], kv[1].backend))))
-        for convs in lay._converters.values():
-            convs.sort(key=lambda c: key("converter", c.name, c.backend))
+        lay._converters = {k: sorted(convs, key=lambda c: key("converter", c.name, c.backend))
+                           for k, convs in lay._converters.items()}
         lay._paths.clear()
 
     def _resolve_layouts(self, kind: str, name: str = "") -> None:

@@ -6,6 +6,7 @@ stale or damaged manifest."""
 from __future__ import annotations
 
 import json
+import threading
 
 import numpy as np
 import onnx
@@ -76,6 +77,30 @@ def test_completed_in_any_order_the_registry_equals_a_full_registration(tmp_path
     assert list(lazy.layouts.layouts) == list(eager.layouts.layouts)
     assert {k: [c.name for c in v] for k, v in lazy.layouts.converters.items()} == {
         k: [c.name for c in v] for k, v in eager.layouts.converters.items()}
+
+
+def test_lookups_from_several_threads_wait_for_the_registrations_they_need(tmp_path):
+    eager, lazy = _from_manifest(tmp_path)
+    names = [i.name for i in eager.implementations]
+    errors: list[BaseException] = []
+
+    def look(chunk):
+        try:
+            for name in chunk:
+                assert lazy.impl(name).name == name
+            for op in eager.ops[:20]:
+                assert lazy.impls_for(op)
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=look, args=(names[k::4],)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert not lazy.deferred
+    assert [i.name for i in lazy.implementations] == names
 
 
 def test_listing_layouts_or_converters_registers_every_backend(tmp_path):
