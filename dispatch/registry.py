@@ -275,9 +275,9 @@ class DeferredBackend:
     #: before this one; see :attr:`dispatch.backend.Backend.registration_needs`)
     needs: tuple[str, ...] | None = None
 
-    @property
-    def ops(self) -> set[str]:
-        return set(self.impls.values())
+    def __post_init__(self) -> None:
+        #: the operators it implements (asked once per graph node at start-up)
+        self.ops: frozenset[str] = frozenset(self.impls.values())
 
 
 @dataclass
@@ -428,7 +428,7 @@ class Registry:
         """The backends with an implementation of ``op`` (registered or deferred), without
         completing any."""
         found = {i.backend for i in self._by_op.get(op, ())}
-        found.update(b for b, d in self._deferred.items() if op in d.impls.values())
+        found.update(b for b, d in self._deferred.items() if op in d.ops)
         return found
 
     # -- implementations -------------------------------------------------------------
@@ -450,7 +450,7 @@ class Registry:
     def impls_for(self, op: str, backends: Sequence[str] | None = None) -> list[Implementation]:
         """Implementations of ``op`` (optionally restricted to ``backends``, kept in that
         order, then by descending priority). Unknown ops raise, listing the known ops."""
-        self._complete_if(lambda d: op in d.impls.values() and (
+        self._complete_if(lambda d: op in d.ops and (
             backends is None or d.status.name in backends))
         if op not in self._by_op:
             self._complete_if(lambda d: True)  # the error lists every known operator
@@ -485,7 +485,7 @@ class Registry:
         return found
 
     def has_op(self, op: str) -> bool:
-        return op in self._by_op or any(op in d.impls.values() for d in self._deferred.values())
+        return op in self._by_op or any(op in d.ops for d in self._deferred.values())
 
     def reference_impl(self, node: Node, exclude: Iterable[str] = ()) -> Implementation | None:
         """The reference implementation of ``node``: the first implementation of the
