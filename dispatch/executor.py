@@ -22,7 +22,7 @@ from dispatch.fusion import REGION_OP, FusedNode, step_node
 from dispatch.graph import Graph, Node
 from dispatch.guard import NonfiniteGuard
 from dispatch.plan import Plan, PlanStep
-from dispatch.plan_check import validate_plan
+from dispatch.plan_check import FALLBACK_WHERE, validate_plan
 from dispatch.registry import REFERENCE_BACKEND, STANDARD, Registry
 
 
@@ -126,7 +126,7 @@ class Executor:
         if fallback is not None:
             floats = [v.name for v in graph.inputs
                       if v.dtype is not None and np.dtype(v.dtype).kind in "fc"]
-            self.guard = NonfiniteGuard(floats, lambda: Executor(graph, fallback, registry))
+            self.guard = NonfiniteGuard(floats, lambda: _fallback_executor(graph, fallback, registry))
         blas.libraries(refresh=True)  # the libraries the kernels just loaded, found once here
 
     # -- building ----------------------------------------------------------------------
@@ -477,3 +477,13 @@ class Executor:
             slots[s] = arr
         for s in call.free:
             slots[s] = None
+
+
+def _fallback_executor(graph: Graph, fallback: Plan, registry: Registry) -> Executor:
+    """A guarded plan's fallback executor, checked in full now (:func:`validate_plan`; only
+    its outline was checked with the plan, :func:`dispatch.plan_check.check_outline`)."""
+    try:
+        return Executor(graph, fallback, registry)
+    except PlanError as exc:
+        raise PlanError(f"{FALLBACK_WHERE}: {exc}; the plan's NaN/Inf fallback cannot run "
+                        f"(re-tune the model)") from None

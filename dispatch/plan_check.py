@@ -20,8 +20,10 @@ executor is built, :func:`validate_plan` checks that
 * every backend the plan's steps and converters use is available in this process (an
   uninstalled plugin, a missing library: the error says which and why), at the version the
   plan was tuned with when its provenance records one;
-* a non-finite guard's fallback plan (``nonfinite_fallback``, run on NaN/Inf inputs) passes
-  all of the above too, and has no fallback of its own.
+* a non-finite guard's fallback plan (``nonfinite_fallback``, run on NaN/Inf inputs) has no
+  fallback of its own and passes :func:`check_outline` (coverage, names, backends) with the
+  plan; the rest of the above when its executor is built, on the first NaN/Inf request (its
+  backends are registered only then).
 
 The first problem found raises :class:`~dispatch.errors.PlanError` naming the step (or
 conversion) and what was expected; a rejected plan is never executed.
@@ -64,9 +66,48 @@ def validate_plan(plan: Plan, graph: Graph, registry: Registry) -> None:
         if fallback.nonfinite_fallback is not None:
             raise PlanError("nonfinite_fallback: a fallback plan cannot have a fallback of its own")
         try:
-            validate_plan(fallback, graph, registry)
+            check_outline(fallback, graph, registry)
         except PlanError as exc:
-            raise PlanError(f"nonfinite_fallback (the plan run on NaN/Inf inputs): {exc}") from None
+            raise PlanError(f"{FALLBACK_WHERE}: {exc}") from None
+
+
+#: how errors name a guarded plan's fallback
+FALLBACK_WHERE = "nonfinite_fallback (the plan run on NaN/Inf inputs)"
+
+
+def check_outline(plan: Plan, graph: Graph, registry: Registry) -> None:
+    """The checks of :func:`validate_plan` that register no backend: the plan covers
+    ``graph`` exactly once, every implementation and converter it names exists (registered
+    or deferred, :mod:`dispatch.backend_manifest`) on the backend the step names, and every
+    backend it uses is available at the version it was tuned with.
+
+    A guarded plan's fallback is checked this far when the plan is (at start-up, so that a
+    stored plan whose fallback names something gone is refused then); the rest of
+    :func:`validate_plan` runs when the fallback's executor is built, on the first NaN/Inf
+    request, so that a process never registers the backends of a fallback it does not run.
+    """
+    if not isinstance(plan.steps, list) or not isinstance(plan.conversions, list):
+        raise PlanError(
+            f"plan steps and conversions must be lists, received {type(plan.steps).__name__} "
+            f"and {type(plan.conversions).__name__}"
+        )
+    _check_coverage(plan, graph)
+    _check_backends(plan, registry)
+    for k, step in enumerate(plan.steps):
+        backend = registry.backend_of("impl", step.impl)
+        if backend is None:
+            raise PlanError(f"{_where(k, step)}: unknown implementation {step.impl!r}; expected "
+                            f"one registered for backend {step.backend!r}")
+        if backend != step.backend:
+            raise PlanError(f"{_where(k, step)}: the step names backend {step.backend!r}, but "
+                            f"{step.impl} belongs to backend {backend!r}")
+    for k, conv in enumerate(plan.conversions):
+        if not isinstance(conv, Conversion):
+            raise PlanError(f"conversion {k}: expected a Conversion, received {type(conv).__name__}")
+        for name in conv.chain if isinstance(conv.chain, list) else [conv.chain]:
+            if not isinstance(name, str) or registry.backend_of("converter", name) is None:
+                raise PlanError(f"conversion {k} ({conv.value!r} {conv.src}->{conv.dst}): "
+                                f"unknown converter {name!r}")
 
 
 def _where(k: int, step: PlanStep) -> str:
@@ -110,9 +151,9 @@ def backends_of(plan: Plan, registry: Registry) -> dict[str, int]:
     used: Counter[str] = Counter(s.backend for s in plan.steps if isinstance(s.backend, str))
     for conv in plan.conversions:
         for name in conv.chain if isinstance(conv.chain, list) else ():
-            found = registry.layouts.find_converter(name) if isinstance(name, str) else None
-            if found is not None:
-                used[found.backend] += 1
+            backend = registry.backend_of("converter", name) if isinstance(name, str) else None
+            if backend is not None:
+                used[backend] += 1
     return dict(used)
 
 

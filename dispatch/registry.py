@@ -424,6 +424,25 @@ class Registry:
             names[b] = list(self._deferred[b].names)  # as recorded by a full registration
         return names
 
+    def backend_of(self, kind: str, name: str) -> str | None:
+        """The backend of implementation (``kind`` ``"impl"``) or converter (``"converter"``)
+        ``name``, registered or deferred, without completing any; ``None`` when no backend
+        has it."""
+        if kind == "impl":
+            found = self._by_name.get(name)
+            if found is not None:
+                return found.backend
+            records = (d.status.name for d in self._deferred.values() if name in d.impls)
+        elif kind == "converter":
+            for convs in self.layouts._converters.values():
+                for conv in convs:
+                    if conv.name == name:
+                        return conv.backend
+            records = (d.status.name for d in self._deferred.values() if name in d.converters)
+        else:
+            raise ValueError(f"kind must be 'impl' or 'converter', received {kind!r}")
+        return next(records, None)
+
     def op_backends(self, op: str) -> set[str]:
         """The backends with an implementation of ``op`` (registered or deferred), without
         completing any."""
