@@ -7,7 +7,8 @@ Sections: the GEMM peak; per-layer Conv GFLOP/s (best native implementation, num
 onnxruntime, best oneDNN implementation) with ratios and fractions of peak; converter GB/s against a plain copy; the
 exported models of bench/test_bench_models.py (groups ``models-NAME``: every variant's median,
 ratio to onnxruntime and start time, and the tuned plan's predicted against measured latency);
-and the remaining groups (end to end) as medians side by side with ratios to onnxruntime.
+start-up from the store (groups ``startup-NAME`` of bench/test_bench_startup.py: creation
+against onnxruntime's, with issue 13's bound); and the remaining groups (end to end) as medians side by side with ratios to onnxruntime.
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ def _rows(data: dict) -> pd.DataFrame:
             "winner": info.get("winner"),
             "tune_s": info.get("tune_s"),
             "plan": info.get("plan"),
+            "create_s": info.get("create_s"),
+            "first_run_s": info.get("first_run_s"),
         })
     return pd.DataFrame(rows)
 
@@ -159,8 +162,50 @@ def models_tables(df: pd.DataFrame, baseline: str = "onnxruntime") -> str:
     return "\n".join(out)
 
 
+#: the group prefix of bench/test_bench_startup.py
+STARTUP_PREFIX = "startup-"
+#: issue 13's start-up bound: a Session from the store within 1.2x onnxruntime's creation, or
+#: at most 100 ms above it
+STARTUP_RATIO, STARTUP_SLACK_S = 1.2, 0.100
+
+
+def startup_table(df: pd.DataFrame) -> str:
+    """One row per model of bench/test_bench_startup.py: onnxruntime's InferenceSession
+    creation against a Session from the store (medians of the children's own clocks), the
+    bound, the first run and the whole child process (pytest-benchmark's median)."""
+    st = df[df["group"].str.startswith(STARTUP_PREFIX)]
+    if not len(st):
+        return ""
+    rows = []
+    for g, sub in st.groupby("group", sort=False):
+        by = {r["variant"]: r for _, r in sub.iterrows()}
+        ort, ours = by.get("onnxruntime"), by.get("tuned_from_store")
+        if ort is None or ours is None:
+            continue
+        a, b = float(ort["create_s"]), float(ours["create_s"])
+        ok = b <= STARTUP_RATIO * a or b - a <= STARTUP_SLACK_S
+        rows.append({
+            "model": g.removeprefix(STARTUP_PREFIX),
+            "tuned plan": ours["plan"] or "",
+            "onnxruntime create s": f"{a:.3f}",
+            "tuned from store create s": f"{b:.3f}",
+            "ratio": f"{b / a:.2f}",
+            "difference ms": f"{(b - a) * 1e3:+.0f}",
+            "within 1.2x or +100 ms": "yes" if ok else "**no**",
+            "first run ms: onnxruntime / tuned":
+                f"{float(ort['first_run_s']) * 1e3:.0f} / {float(ours['first_run_s']) * 1e3:.0f}",
+            "whole process s: onnxruntime / tuned":
+                f"{ort['median_ms'] / 1e3:.2f} / {ours['median_ms'] / 1e3:.2f}",
+        })
+    if not rows:
+        return ""
+    met = sum(r["within 1.2x or +100 ms"] == "yes" for r in rows)
+    return (pd.DataFrame(rows).to_markdown(index=False)
+            + f"\n\nwithin the bound: {met} of {len(rows)} models\n")
+
+
 def other_tables(df: pd.DataFrame, baseline: str = "onnxruntime") -> str:
-    rest = df[~df["group"].str.startswith(("conv ", "layout ", "peak", MODELS_PREFIX))]
+    rest = df[~df["group"].str.startswith(("conv ", "layout ", "peak", MODELS_PREFIX, STARTUP_PREFIX))]
     out = []
     for g, sub in rest.groupby("group", sort=True):
         base = sub[sub["variant"] == baseline]
@@ -182,7 +227,8 @@ def report(path: str) -> str:
     if peak:
         parts.append(f"GEMM peak (numpy float32 2048x2048 matmul): **{peak:.1f} GFLOP/s**\n")
     for title, body in (("Conv layers", conv_table(df, peak)), ("Layout converters", layout_table(df)),
-                        ("Exported models", models_tables(df)), ("End to end", other_tables(df))):
+                        ("Exported models", models_tables(df)),
+                        ("Start-up from the store", startup_table(df)), ("End to end", other_tables(df))):
         if body:
             parts.append(f"### {title}\n\n{body}\n")
     m = data.get("machine_info", {})

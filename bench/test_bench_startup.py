@@ -9,7 +9,9 @@ one creates ``onnxruntime.InferenceSession(path)``, the other
 ``dispatch.Session(path, require_plan=True)``; each imports its libraries first (not timed)
 and reports the seconds of the creation alone and of the first run. The benchmark's own
 timing is that of the whole child process (Python and library imports included);
-``extra_info`` holds the medians of the creation and first-run seconds.
+``extra_info`` holds the medians of the creation and first-run seconds and the stored
+plan's backends (``python bench/report.py startup.json`` makes the table, with issue 13's
+bound: 1.2x onnxruntime's creation or at most 100 ms above it).
 
 Models: every model of the bench set (bench/test_bench_models.py); rounds:
 ``OPDISPATCH_BENCH_ROUNDS`` (default 5).
@@ -71,7 +73,11 @@ else:
     feeds = {i.name: np.ones(i.shape, i.dtype) for i in sess.get_inputs()}
     t1 = time.perf_counter()
     sess.run(None, feeds)
-print(json.dumps({"create_s": created, "first_run_s": time.perf_counter() - t1}))
+    plan = ", ".join(f"{b} {n}" for b, n in sess.plan.backends_used().items())
+    if sess.plan.nonfinite_fallback is not None:
+        plan += " (guarded)"
+print(json.dumps({"create_s": created, "first_run_s": time.perf_counter() - t1,
+                  "plan": plan if kind != "onnxruntime" else ""}))
 """
 
 
@@ -105,4 +111,5 @@ def test_startup(benchmark, name, kind):
         variant=kind,
         create_s=round(statistics.median(s["create_s"] for s in seen), 4),
         first_run_s=round(statistics.median(s["first_run_s"] for s in seen), 4),
+        plan=seen[-1].get("plan", ""),
     )

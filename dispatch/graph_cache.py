@@ -11,7 +11,7 @@ misses and rebuilds. Each entry also holds the digests of the graph's large cons
 the weights at every start, and the graph's structural fingerprint (the plan key's model part,
 :func:`tuner.fingerprint.model_fingerprint`: ~20 ms on a 600-node graph), remembered for the
 loaded graph object (:func:`known_fingerprint`). An entry is a pickle (protocol 5) followed
-by the arrays' bytes (:func:`write_entry`), read with one copy (:func:`read_entry`). Entries are written atomically (temporary file and
+by the arrays' bytes (:func:`write_entry`), mapped from the file, not read (:func:`read_entry`). Entries are written atomically (temporary file and
 rename) into the cache folder (``OPDISPATCH_GRAPH_CACHE``, default
 ``~/.cache/opdispatch/graphs``; ``off`` disables it); one that is damaged, of another
 version, not a graph, or writable by other users is ignored and replaced. The folder keeps at
@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import mmap
 import os
 import pickle
 import stat
@@ -189,24 +190,28 @@ def write_entry(f: BinaryIO, entry: Any) -> None:
 
 
 def read_entry(path: Path) -> Any:
-    """The entry :func:`write_entry` wrote to ``path``. The file is read with one copy into
-    one buffer that the arrays then share: pickle would copy every array's bytes out of the
-    read ones again (~15 ms on densenet121's 30 MB of weights). (Mapping the file instead
-    would copy nothing, but a file truncated in place by another program, ``cp`` over it
-    say, would kill the process with SIGBUS when an array is touched.) Raises ``ValueError``
-    on a file of another layout or cut short."""
+    """The entry :func:`write_entry` wrote to ``path``, its arrays' bytes mapped from the file
+    (copy-on-write: an array written to in place gets private pages; the file never changes),
+    so that a start reads only the weights it touches. A plan that runs the whole model as
+    one library region never touches them: reading vit's 343 MB into fresh memory took
+    0.1-0.9 s (page faults and, with transparent huge pages, compaction stalls), mapping it
+    nothing. Entries are replaced by rename and pruned by unlink, which a mapping survives;
+    a file truncated in place by another program while mapped would raise SIGBUS on access,
+    the risk onnxruntime (external data) and OpenVINO (``enable_mmap``) take with the model
+    files they map, and the reason entries are written read-only. Raises ``ValueError`` on a
+    file of another layout or cut short."""
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
-        room = np.empty(size + ALIGN, np.uint8)  # the arrays keep write_entry's alignment
-        start = -room.ctypes.data % ALIGN
-        view = memoryview(room[start:start + size])
-        if f.readinto(view) != size:
-            raise ValueError(f"{path} changed while it was read")
+        if size < len(MAGIC) + _HEAD.size:
+            raise ValueError(f"{path} is cut short")
+        view = memoryview(mmap.mmap(f.fileno(), size, access=mmap.ACCESS_COPY))
     if bytes(view[:len(MAGIC)]) != MAGIC:
         raise ValueError(f"{path} is not a graph-cache entry")
     at = len(MAGIC)
     body_len, n = _HEAD.unpack_from(view, at)
     at += _HEAD.size
+    if at + n * _SPAN.size > len(view):
+        raise ValueError(f"{path} is cut short")
     spans = [_SPAN.unpack_from(view, at + k * _SPAN.size) for k in range(n)]
     at += n * _SPAN.size
     if at + body_len > len(view) or any(start + size > len(view) for start, size in spans):
@@ -228,6 +233,7 @@ def save(folder: Path, digest: str, graph: Graph, stats: Mapping[str, Any]) -> N
             fingerprints = _fingerprints(graph)
             with os.fdopen(fd, "wb") as f:
                 write_entry(f, (CACHE_FORMAT, graph, dict(stats), digests, fingerprints))
+            os.chmod(tmp, stat.S_IRUSR)  # read-only: readers map it (read_entry)
             os.replace(tmp, folder / f"{digest}.pkl")
         except BaseException:
             with contextlib.suppress(OSError):

@@ -117,6 +117,39 @@ def test_a_guarded_plan_round_trips_through_json_and_is_checked_whole(reg, guard
         Executor(graph, Plan.from_dict(data), reg)
 
 
+def test_the_fallback_is_checked_in_outline_with_the_plan_and_in_full_when_first_run(reg, guarded):  # noqa: F811
+    """Start-up checks the fallback's coverage, names and backends (registering nothing);
+    what needs its implementations (layouts, support of the nodes) is checked when its
+    executor is built, on the first NaN/Inf request, which then fails with a clear error."""
+    graph, plan = guarded
+    data = plan.to_dict()
+    data["nonfinite_fallback"]["steps"][0]["layouts_out"] = ["nchw16c"]  # names exist; wrong
+    tampered = Plan.from_dict(data)
+    validate_plan(tampered, graph, reg)  # the outline holds
+    ex = Executor(graph, tampered, reg)
+    x = np.ones((1, 4, 8, 8), np.float32)
+    ex.run({"x": x})  # finite requests run the fast plan
+    x[0, 0, 0, 0] = np.nan
+    for _ in range(2):  # refused each time, never half-built
+        with pytest.raises(PlanError, match=r"nonfinite_fallback .*layouts_out \['nchw16c'\].*re-tune"):
+            ex.run({"x": x})
+    assert not ex.guard.built
+    # what the outline does check: the fallback covers the graph, with known names
+    data = plan.to_dict()
+    data["nonfinite_fallback"]["steps"].pop()
+    with pytest.raises(PlanError, match="nonfinite_fallback .*nodes without a step"):
+        validate_plan(Plan.from_dict(data), graph, reg)
+    data = plan.to_dict()
+    data["nonfinite_fallback"]["steps"][0]["backend"] = "nanless"
+    with pytest.raises(PlanError, match="nonfinite_fallback .*belongs to backend 'numpy'"):
+        validate_plan(Plan.from_dict(data), graph, reg)
+    data = plan.to_dict()
+    data["nonfinite_fallback"]["conversions"] = [
+        {"value": "x", "src": "standard", "dst": "nchw16c", "chain": ["no_such_converter"], "consumers": []}]
+    with pytest.raises(PlanError, match="nonfinite_fallback .*unknown converter 'no_such_converter'"):
+        validate_plan(Plan.from_dict(data), graph, reg)
+
+
 def test_a_winner_that_differs_on_nan_is_kept_guarded_by_the_next_that_agrees(reg):  # noqa: F811
     graph = load_graph(relu_model(), reg, BACKENDS)
     fast = PlanCandidate("nanless plan", heuristic_plan(graph, reg, BACKENDS), None,

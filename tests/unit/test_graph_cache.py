@@ -4,6 +4,7 @@ imported and simplified last time, and never a stale, damaged or unsafe one."""
 from __future__ import annotations
 
 import os
+import stat
 import time
 
 import numpy as np
@@ -67,7 +68,9 @@ def test_a_damaged_or_unsafe_entry_is_ignored_and_replaced(tmp_path, cache, dama
     path = _model(tmp_path)
     _session(path)
     (entry,) = cache.glob("*.pkl")
+    assert stat.S_IMODE(entry.stat().st_mode) == 0o400  # written read-only: readers map it
     good = entry.read_bytes()
+    os.chmod(entry, 0o600)  # as another program (or the user) would, to damage it
     if damage == "garbage":
         entry.write_bytes(b"\x00not a pickle")
     elif damage == "truncated":
@@ -75,12 +78,17 @@ def test_a_damaged_or_unsafe_entry_is_ignored_and_replaced(tmp_path, cache, dama
     elif damage == "not a graph":
         with open(entry, "wb") as f:
             graph_cache.write_entry(f, (graph_cache.CACHE_FORMAT, "graph", {}))
-    elif damage == "other format":
+    elif damage in ("other format", "a plain pickle"):
+        # written beside and renamed over: the entry read is mapped from the file, which an
+        # in-place rewrite would pull from under it (see graph_cache.read_entry)
         old = graph_cache.read_entry(entry)
-        with open(entry, "wb") as f:
-            graph_cache.write_entry(f, (graph_cache.CACHE_FORMAT + 1, *old[1:]))
-    elif damage == "a plain pickle":  # the layout of CACHE_FORMAT 4 and before
-        entry.write_bytes(pickle.dumps(graph_cache.read_entry(entry), protocol=5))
+        beside = entry.with_suffix(".new")
+        with open(beside, "wb") as f:
+            if damage == "other format":
+                graph_cache.write_entry(f, (graph_cache.CACHE_FORMAT + 1, *old[1:]))
+            else:  # the layout of CACHE_FORMAT 4 and before
+                f.write(pickle.dumps(old, protocol=5))
+        os.replace(beside, entry)
     else:
         os.chmod(entry, 0o664)
     again = _session(path)
@@ -178,6 +186,24 @@ def test_entry_arrays_come_back_equal_and_writable(tmp_path):
     back["f32"][0, 0] = -1.0
     assert graph_cache.read_entry(path)[1]["f32"][0, 0] == 0.0
     assert back["f32"].ctypes.data % graph_cache.ALIGN == 0
+
+
+def test_arrays_read_from_an_entry_outlive_its_replacement_and_removal(tmp_path):
+    """Entries are mapped, not read: what a loaded graph holds stays as it was when the file
+    is replaced (by rename, as :func:`graph_cache.save` does) or pruned (unlinked)."""
+    path = tmp_path / "e.pkl"
+    for value in (1.0, 2.0):
+        tmp = tmp_path / f"new{value}"
+        with open(tmp, "wb") as f:
+            graph_cache.write_entry(f, (1, {"w": np.full((256, 256), value, np.float32)}))
+        if value == 1.0:
+            os.replace(tmp, path)
+            first = graph_cache.read_entry(path)[1]["w"]
+        else:
+            os.replace(tmp, path)  # a newer entry under the same name
+    assert float(graph_cache.read_entry(path)[1]["w"][0, 0]) == 2.0
+    path.unlink()
+    assert first.shape == (256, 256) and float(first.sum()) == 256 * 256
 
 
 def test_a_cut_short_entry_raises_value_error(tmp_path):
