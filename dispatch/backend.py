@@ -76,6 +76,11 @@ class Backend:
     #: status), which must therefore register first when registrations are deferred
     #: (:mod:`dispatch.backend_manifest`); ``None``: every backend registered before it
     registration_needs: tuple[str, ...] | None = None
+    #: whether its kernels run on the process's BLAS or OpenMP thread pools, whose thread
+    #: counts a plan holds while it runs (:mod:`dispatch.blas`); a library with a pool of its
+    #: own says ``False``, and a plan that runs only on such backends sets no thread counts
+    #: (and looks no library up)
+    process_pools: bool = True
 
     def availability(self) -> str | None:
         """``None`` when the backend can run here, else why it cannot."""

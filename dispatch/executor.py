@@ -127,7 +127,11 @@ class Executor:
             floats = [v.name for v in graph.inputs
                       if v.dtype is not None and np.dtype(v.dtype).kind in "fc"]
             self.guard = NonfiniteGuard(floats, lambda: _fallback_executor(graph, fallback, registry))
-        blas.libraries(refresh=True)  # the libraries the kernels just loaded, found once here
+        #: whether a run holds :attr:`threads` (a step runs on the process's BLAS or OpenMP
+        #: pools: :attr:`dispatch.backend.Backend.process_pools`)
+        self.uses_process_pools = any(_uses_process_pools(registry, s.backend) for s in plan.steps)
+        if self.uses_process_pools:
+            blas.libraries(refresh=True)  # the libraries the kernels just loaded, found once here
 
     # -- building ----------------------------------------------------------------------
     def _slot(self, value: str, layout: str, nbytes: int = 0) -> int:
@@ -319,7 +323,9 @@ class Executor:
 
         The whole run holds the plan's thread settings (:attr:`threads`: BLAS and OpenMP
         thread counts, :func:`dispatch.blas.enter`), whatever the caller's are; the caller's
-        are restored when it returns or raises.
+        are restored when it returns or raises. A plan whose steps all run on libraries with
+        pools of their own (:attr:`uses_process_pools` false: onnxruntime, OpenVINO regions)
+        sets none.
 
         A guarded plan (:attr:`guard`) first checks the float feeds: one holding a NaN or an
         infinity is run by the fallback plan's executor instead (built on first use; its
@@ -329,6 +335,8 @@ class Executor:
         if guard is not None and guard.needed(feeds):
             # NaN/Inf in the inputs: the plan that agrees with the reference answers
             return guard.executor().run(feeds, output_names, timings=timings, on_fault=on_fault)
+        if not self.uses_process_pools:
+            return self._run(feeds, output_names, timings, on_fault)
         token = blas.enter(self.threads)
         try:
             return self._run(feeds, output_names, timings, on_fault)
@@ -477,6 +485,11 @@ class Executor:
             slots[s] = arr
         for s in call.free:
             slots[s] = None
+
+
+def _uses_process_pools(registry: Registry, backend: str) -> bool:
+    status = registry.backends.get(backend)
+    return getattr(status.backend if status is not None else None, "process_pools", True)
 
 
 def _fallback_executor(graph: Graph, fallback: Plan, registry: Registry) -> Executor:

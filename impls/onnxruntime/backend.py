@@ -24,6 +24,8 @@ class OnnxRuntimeBackend(Backend):
 
     name = "onnxruntime"
     registration_needs = ()
+    #: its regions run on onnxruntime's own intra-op pool, not on numpy's BLAS or an OpenMP runtime
+    process_pools = False
     device = "cpu"
 
     def availability(self) -> str | None:

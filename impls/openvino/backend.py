@@ -23,6 +23,8 @@ class OpenVinoBackend(Backend):
 
     name = "openvino"
     registration_needs = ()
+    #: its regions run on OpenVINO's own (TBB) pool, not on numpy's BLAS or an OpenMP runtime
+    process_pools = False
     device = "cpu"
 
     def availability(self) -> str | None:

@@ -189,6 +189,21 @@ def test_a_run_sets_the_plans_blas_threads_and_restores_the_callers(caller_at_3)
     assert [lib.get() for lib in caller_at_3] == [3] * len(caller_at_3)
 
 
+def test_a_plan_on_libraries_with_their_own_pools_sets_no_thread_counts(caller_at_3):
+    """An onnxruntime-only plan (its region runs on onnxruntime's pool, not BLAS or OpenMP)
+    leaves the caller's settings alone during the run; a numpy plan holds its own."""
+    pytest.importorskip("onnxruntime")
+    sess = Session(_model(), store=False, backends=["onnxruntime"])
+    assert {s.backend for s in sess.plan.steps} == {"onnxruntime"}
+    ex = Executor(sess.graph, sess.plan, sess.registry)
+    assert not ex.uses_process_pools and _executor().uses_process_pools
+    during = []
+    fn = ex.calls[0].fn
+    ex.calls[0].fn = lambda *a: (during.append([lib.get() for lib in caller_at_3]), fn(*a))[1]
+    ex.run({"x": np.ones((1, 64), np.float32)})
+    assert during == [[3] * len(caller_at_3)]
+
+
 def test_the_callers_setting_comes_back_when_a_step_raises(caller_at_3):
     ex = _executor()
 
