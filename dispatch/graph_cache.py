@@ -35,8 +35,6 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
-import numpy as np
-
 from dispatch.digests import IdentityMemo, array_digest, known_digest, large_constants, remember
 from dispatch.graph import Graph
 from dispatch.heuristic import check_supported_ops

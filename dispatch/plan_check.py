@@ -47,13 +47,7 @@ def validate_plan(plan: Plan, graph: Graph, registry: Registry) -> None:
         raise PlanError(f"expected a dispatch.plan.Plan, received {type(plan).__name__}")
     if plan.graph != graph.name:
         raise PlanError(f"the plan is for graph {plan.graph!r}; expected graph {graph.name!r}")
-    if not isinstance(plan.steps, list) or not isinstance(plan.conversions, list):
-        raise PlanError(
-            f"plan steps and conversions must be lists, received {type(plan.steps).__name__} "
-            f"and {type(plan.conversions).__name__}"
-        )
-    _check_coverage(plan, graph)
-    _check_backends(plan, registry)
+    _check_shape_and_backends(plan, graph, registry)
     for k, step in enumerate(plan.steps):
         _check_step(k, step, graph, registry)
     for k, conv in enumerate(plan.conversions):
@@ -86,13 +80,7 @@ def check_outline(plan: Plan, graph: Graph, registry: Registry) -> None:
     :func:`validate_plan` runs when the fallback's executor is built, on the first NaN/Inf
     request, so that a process never registers the backends of a fallback it does not run.
     """
-    if not isinstance(plan.steps, list) or not isinstance(plan.conversions, list):
-        raise PlanError(
-            f"plan steps and conversions must be lists, received {type(plan.steps).__name__} "
-            f"and {type(plan.conversions).__name__}"
-        )
-    _check_coverage(plan, graph)
-    _check_backends(plan, registry)
+    _check_shape_and_backends(plan, graph, registry)
     for k, step in enumerate(plan.steps):
         backend = registry.backend_of("impl", step.impl)
         if backend is None:
@@ -108,6 +96,16 @@ def check_outline(plan: Plan, graph: Graph, registry: Registry) -> None:
             if not isinstance(name, str) or registry.backend_of("converter", name) is None:
                 raise PlanError(f"conversion {k} ({conv.value!r} {conv.src}->{conv.dst}): "
                                 f"unknown converter {name!r}")
+
+
+def _check_shape_and_backends(plan: Plan, graph: Graph, registry: Registry) -> None:
+    if not isinstance(plan.steps, list) or not isinstance(plan.conversions, list):
+        raise PlanError(
+            f"plan steps and conversions must be lists, received {type(plan.steps).__name__} "
+            f"and {type(plan.conversions).__name__}"
+        )
+    _check_coverage(plan, graph)
+    _check_backends(plan, registry)
 
 
 def _where(k: int, step: PlanStep) -> str:
