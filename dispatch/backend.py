@@ -439,7 +439,7 @@ def _settle(
         if not todo:
             return
         before = len(failed)
-        if manifest is not None and not active and not failed and _matches(manifest, todo):
+        if manifest is not None and not active and not failed and manifest.matches(todo):
             _defer_all(registry, manifest, todo)
             return
         for st in todo:  # in discovery order
@@ -486,22 +486,14 @@ def _activate(registry: Registry, cls: object, origin: str) -> None:
         _settle(registry, [status], (), "none: the backend was added after discovery")
 
 
-def _matches(manifest: Manifest, winners: Sequence[BackendStatus]) -> bool:
-    """Whether ``manifest`` recorded exactly these winners, in this order."""
-    return [(b["name"], b.get("origin"), b.get("version")) for b in manifest.backends] == [
-        (st.name, st.origin, st.version) for st in winners]
-
-
 def _defer_all(registry: Registry, manifest: Manifest, winners: Sequence[BackendStatus]) -> None:
     """Defer the registration of each winner (see :mod:`dispatch.backend_manifest`); one
     that brings custom operators registers now, after the backends it needs."""
-    from dispatch.registry import DeferredBackend
-
     for st in winners:
         entry = manifest.entry(st.name)
         assert entry is not None and st.backend is not None
-        needs = st.backend.registration_needs
         if entry.get("custom_ops"):
+            needs = st.backend.registration_needs
             registry.complete(tuple(needs) if needs is not None else None)
             _register(registry, st)
             continue
@@ -509,10 +501,7 @@ def _defer_all(registry: Registry, manifest: Manifest, winners: Sequence[Backend
         st.implementations = len(entry["impls"])
         st.layouts = sorted(entry.get("layouts") or ())
         st.custom_ops = []
-        registry.defer(DeferredBackend(
-            st, dict(entry["impls"]), tuple(entry.get("layouts") or ()),
-            tuple(entry.get("converters") or ()), tuple(entry.get("names") or ()),
-            None if needs is None else tuple(needs)), complete_registration)
+        registry.defer(manifest.deferred(st), complete_registration)
 
 
 def complete_registration(registry: Registry, status: BackendStatus) -> bool:

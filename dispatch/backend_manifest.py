@@ -35,11 +35,13 @@ import json
 import os
 import sys
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from dispatch.backend import BackendStatus
     from dispatch.registry import Registry
 
 #: bumped when the manifest's content changes meaning
@@ -59,6 +61,43 @@ class Manifest:
 
     def entry(self, name: str) -> dict[str, Any] | None:
         return next((b for b in self.backends if b["name"] == name), None)
+
+    def matches(self, winners: Sequence[BackendStatus]) -> bool:
+        """Whether it recorded exactly these discovery winners, in this order."""
+        return [(b["name"], b.get("origin"), b.get("version")) for b in self.backends] == [
+            (st.name, st.origin, st.version) for st in winners]
+
+    def deferred(self, status: BackendStatus) -> DeferredBackend:
+        """What it recorded of ``status``'s backend, for :meth:`Registry.defer`."""
+        entry = self.entry(status.name)
+        assert entry is not None and status.backend is not None
+        needs = status.backend.registration_needs
+        return DeferredBackend(
+            status, dict(entry["impls"]), tuple(entry.get("layouts") or ()),
+            tuple(entry.get("converters") or ()), tuple(entry.get("names") or ()),
+            None if needs is None else tuple(needs))
+
+
+@dataclass
+class DeferredBackend:
+    """A backend whose ``register()`` has not run yet: what its last full registration
+    recorded (:mod:`dispatch.backend_manifest`), enough to key plans and to find which
+    backend a name belongs to. :meth:`Registry.complete` runs the registration."""
+
+    status: BackendStatus
+    #: implementation name -> operator key
+    impls: dict[str, str]
+    layouts: tuple[str, ...] = ()
+    converters: tuple[str, ...] = ()
+    #: what keys its plans: its implementations' and (``layout:NAME``) layouts' names
+    names: tuple[str, ...] = ()
+    #: the backends whose registration must come first (``None``: every backend registered
+    #: before this one; see :attr:`dispatch.backend.Backend.registration_needs`)
+    needs: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        #: the operators it implements (asked once per graph node at start-up)
+        self.ops: frozenset[str] = frozenset(self.impls.values())
 
 
 def context(plugin_path: str | None, order: tuple[str, ...]) -> str:

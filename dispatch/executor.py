@@ -22,7 +22,7 @@ from dispatch.fusion import REGION_OP, FusedNode, step_node
 from dispatch.graph import Graph, Node
 from dispatch.guard import NonfiniteGuard
 from dispatch.plan import Plan, PlanStep
-from dispatch.plan_check import FALLBACK_WHERE, validate_plan
+from dispatch.plan_check import FALLBACK_WHERE, backends_of, validate_plan
 from dispatch.registry import REFERENCE_BACKEND, STANDARD, Registry
 
 
@@ -127,9 +127,10 @@ class Executor:
             floats = [v.name for v in graph.inputs
                       if v.dtype is not None and np.dtype(v.dtype).kind in "fc"]
             self.guard = NonfiniteGuard(floats, lambda: _fallback_executor(graph, fallback, registry))
-        #: whether a run holds :attr:`threads` (a step runs on the process's BLAS or OpenMP
-        #: pools: :attr:`dispatch.backend.Backend.process_pools`)
-        self.uses_process_pools = any(_uses_process_pools(registry, s.backend) for s in plan.steps)
+        #: whether a run holds :attr:`threads` (a step or a converter runs on the process's
+        #: BLAS or OpenMP pools: :attr:`dispatch.backend.Backend.process_pools`)
+        self.uses_process_pools = any(
+            _uses_process_pools(registry, b) for b in backends_of(plan, registry))
         if self.uses_process_pools:
             blas.libraries(refresh=True)  # the libraries the kernels just loaded, found once here
 

@@ -32,6 +32,7 @@ from layouts.registry import STANDARD
 
 if TYPE_CHECKING:
     from dispatch.backend import Backend, BackendStatus
+    from dispatch.backend_manifest import DeferredBackend
     from dispatch.op_schema import ShapeFn
     from layouts.registry import LayoutRegistry
 
@@ -256,28 +257,6 @@ class ImplTable:
 
     def __len__(self) -> int:
         return len(self._impls)
-
-
-@dataclass
-class DeferredBackend:
-    """A backend whose ``register()`` has not run yet: what its last full registration
-    recorded (:mod:`dispatch.backend_manifest`), enough to key plans and to find which
-    backend a name belongs to. :meth:`Registry.complete` runs the registration."""
-
-    status: BackendStatus
-    #: implementation name -> operator key
-    impls: dict[str, str]
-    layouts: tuple[str, ...] = ()
-    converters: tuple[str, ...] = ()
-    #: what keys its plans: its implementations' and (``layout:NAME``) layouts' names
-    names: tuple[str, ...] = ()
-    #: the backends whose registration must come first (``None``: every backend registered
-    #: before this one; see :attr:`dispatch.backend.Backend.registration_needs`)
-    needs: tuple[str, ...] | None = None
-
-    def __post_init__(self) -> None:
-        #: the operators it implements (asked once per graph node at start-up)
-        self.ops: frozenset[str] = frozenset(self.impls.values())
 
 
 @dataclass
