@@ -11,7 +11,8 @@ misses and rebuilds. Each entry also holds the digests of the graph's large cons
 the weights at every start, and the graph's structural fingerprint (the plan key's model part,
 :func:`tuner.fingerprint.model_fingerprint`: ~20 ms on a 600-node graph), remembered for the
 loaded graph object (:func:`known_fingerprint`). An entry is a pickle (protocol 5) followed
-by the arrays' bytes (:func:`write_entry`), mapped from the file, not read (:func:`read_entry`). Entries are written atomically (temporary file and
+by the arrays' bytes (:func:`write_entry`), mapped from the file, not read
+(:func:`read_entry`). Entries are written atomically and read-only (temporary file and
 rename) into the cache folder (``OPDISPATCH_GRAPH_CACHE``, default
 ``~/.cache/opdispatch/graphs``; ``off`` disables it); one that is damaged, of another
 version, not a graph, or writable by other users is ignored and replaced. The folder keeps at
