@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import importlib.metadata
 import mmap
 import os
 import pickle
@@ -39,9 +40,6 @@ from typing import Any, BinaryIO
 from dispatch.digests import IdentityMemo, array_digest, known_digest, large_constants, remember
 from dispatch.graph import Graph
 from dispatch.heuristic import check_supported_ops
-from dispatch.input_shapes import family_digest
-from dispatch.onnx_import import import_model
-from dispatch.passes import simplify
 from dispatch.registry import Registry
 
 #: bumped whenever what is pickled changes shape
@@ -70,16 +68,26 @@ def _code_stamp() -> str:
     simplify graphs (the core and the numpy reference that folds constants) and the versions
     of onnx and numpy."""
     import numpy
-    import onnx
 
     root = Path(__file__).resolve().parent.parent
-    parts = [f"format {CACHE_FORMAT}", f"onnx {onnx.__version__}", f"numpy {numpy.__version__}"]
+    parts = [f"format {CACHE_FORMAT}", f"onnx {_onnx_version()}", f"numpy {numpy.__version__}"]
     for folder in ("dispatch", "layouts", "impls/numpy"):
         for path in sorted((root / folder).glob("*.py")):
             with contextlib.suppress(OSError):
                 st = path.stat()
                 parts.append(f"{path.name} {st.st_size} {st.st_mtime_ns}")
     return "\n".join(parts)
+
+
+def _onnx_version() -> str:
+    """onnx's version from its distribution's metadata: a process that finds its graph in the
+    cache never imports onnx (~55 ms)."""
+    try:
+        return importlib.metadata.version("onnx")
+    except importlib.metadata.PackageNotFoundError:  # not installed as a distribution
+        import onnx
+
+        return onnx.__version__
 
 
 _STAMP: str | None = None
@@ -297,6 +305,11 @@ def load_graph(
     if hit is not None:
         check_supported_ops(hit[0], registry, backends)
         return LoadedGraph(hit[0], hit[1], True, time.perf_counter() - t0, 0.0)
+    # imported on a miss only: a graph from the cache needs none of onnx (issue 13: start-up)
+    from dispatch.input_shapes import family_digest
+    from dispatch.onnx_import import import_model
+    from dispatch.passes import simplify
+
     graph = import_model(model, input_shapes)
     graph.family = family_digest(graph, graph.declared)
     check_supported_ops(graph, registry, backends)

@@ -15,10 +15,9 @@ import time
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from onnx import helper
 
 from dispatch import graph_cache
 from dispatch.backend import load_registry
@@ -35,7 +34,6 @@ from dispatch.gcpause import gc_paused
 from dispatch.graph import Graph
 from dispatch.heuristic import heuristic_plan
 from dispatch.input_shapes import DeclaredInput, ShapeSet, format_shapes
-from dispatch.onnx_import import ModelLike
 from dispatch.plan import Plan
 from dispatch.plan_policy import parse_objective, plan_backends
 from dispatch.plan_source import PlanSource, default_plan_source
@@ -45,6 +43,10 @@ from dispatch.session_fallback import FallbackMixin
 from dispatch.session_fallback import Fault as Fault  # re-exported
 from dispatch.session_tuning import TuningMixin
 from dispatch.shape_sessions import MAX_SHAPES, ShapeSessions
+
+if TYPE_CHECKING:
+    from dispatch.onnx_import import ModelLike
+
 
 #: The values ``Session(tune=...)`` accepts.
 TUNE_MODES = (None, "first-run")
@@ -70,7 +72,21 @@ class IOInfo:
     dtype: np.dtype
 
 
+#: numpy dtype name -> ONNX element type name, for the common dtypes (checked against onnx's
+#: own mapping in tests/unit/test_session_api.py): a Session from the graph cache and the
+#: store describes its inputs without importing onnx (~55 ms)
+_ONNX_TYPES = {name: name for name in (
+    "float16", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "bool",
+    "complex64", "complex128")} | {"float32": "float", "float64": "double"}
+
+
 def _type_string(dtype: np.dtype) -> str:
+    """ONNX Runtime's type string of ``dtype`` (``tensor(float)``, ``tensor(int64)``, ...)."""
+    known = _ONNX_TYPES.get(np.dtype(dtype).name)
+    if known is not None:
+        return f"tensor({known})"
+    from onnx import helper
+
     elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
     return f"tensor({helper.tensor_dtype_to_string(elem).split('.')[-1].lower()})"
 

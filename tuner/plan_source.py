@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any
 from dispatch.config import Config
 from dispatch.errors import ArgumentError
 from dispatch.graph import Graph
-from dispatch.onnx_import import ModelLike
 from dispatch.plan_policy import nonstrict_nan, parse_objective
 from dispatch.plan_source import StoredPlanLookup
 from dispatch.registry import Registry
@@ -35,6 +34,7 @@ from tuner.store import (
 )
 
 if TYPE_CHECKING:  # imported when a Session tunes, not at start-up (issue 13)
+    from dispatch.onnx_import import ModelLike
     from tuner.tune_types import TuneOptions, TuneResult
 
 #: ``TuneOptions`` fields a Session sets itself (from its objective and backends).
