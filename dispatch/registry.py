@@ -413,10 +413,9 @@ class Registry:
                 return found.backend
             records = (d.status.name for d in self._deferred.values() if name in d.impls)
         elif kind == "converter":
-            for convs in self.layouts._converters.values():
-                for conv in convs:
-                    if conv.name == name:
-                        return conv.backend
+            conv = self.layouts.registered_converter(name)
+            if conv is not None:
+                return conv.backend
             records = (d.status.name for d in self._deferred.values() if name in d.converters)
         else:
             raise ValueError(f"kind must be 'impl' or 'converter', received {kind!r}")

@@ -73,7 +73,7 @@ class IOInfo:
 
 
 #: numpy dtype name -> ONNX element type name, for the common dtypes (checked against onnx's
-#: own mapping in tests/unit/test_session_api.py): a Session from the graph cache and the
+#: own mapping in tests/unit/test_start_imports.py): a Session from the graph cache and the
 #: store describes its inputs without importing onnx (~55 ms)
 _ONNX_TYPES = {name: name for name in (
     "float16", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "bool",

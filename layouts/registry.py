@@ -168,13 +168,19 @@ class LayoutRegistry:
 
     def find_converter(self, name: str) -> Converter | None:
         """The converter named ``name``, or ``None``."""
-        for attempt in range(2):
-            for convs in self._converters.values():
-                for c in convs:
-                    if c.name == name:
-                        return c
-            if attempt == 0 and self._resolve is not None:
-                self._resolve("converter", name)
+        found = self.registered_converter(name)
+        if found is None and self._resolve is not None:
+            self._resolve("converter", name)
+            found = self.registered_converter(name)
+        return found
+
+    def registered_converter(self, name: str) -> Converter | None:
+        """The converter named ``name`` among those registered so far (a deferred backend's
+        are not looked for: :mod:`dispatch.backend_manifest`), or ``None``."""
+        for convs in self._converters.values():
+            for c in convs:
+                if c.name == name:
+                    return c
         return None
 
     def converter(self, name: str) -> Converter:
