@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -24,6 +25,9 @@ from dispatch.guard import NonfiniteGuard
 from dispatch.plan import Plan, PlanStep
 from dispatch.plan_check import FALLBACK_WHERE, backends_of, validate_plan
 from dispatch.registry import REFERENCE_BACKEND, STANDARD, Registry
+
+if TYPE_CHECKING:
+    from dispatch.stream_pool import StreamPool
 
 
 @dataclass
@@ -113,6 +117,9 @@ class Executor:
         self._registry = registry
         self._fallbacks: dict[int, Call] = {}
         self._fallback_lock = threading.Lock()
+        #: the streams of a plan that serves concurrent requests (built by
+        #: :func:`dispatch.stream_pool.build_executor`; this executor is the first), else ``None``
+        self.streams: StreamPool | None = None
         try:
             #: the BLAS and OpenMP thread counts in force while the plan runs (:mod:`dispatch.blas`)
             self.threads = blas.ThreadSettings.of_provenance(plan.provenance)

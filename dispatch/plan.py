@@ -73,6 +73,18 @@ class Plan:
     #: instead of this one for any request whose float inputs hold a NaN or an infinity
     #: (:mod:`dispatch.guard`); ``None`` (and absent from older plans' JSON): no guard
     nonfinite_fallback: Plan | None = None
+    #: how the plan serves concurrent requests (:class:`dispatch.serving.ServingConfig` as a
+    #: JSON object), set by throughput tuning; ``None`` (and absent from older plans' JSON):
+    #: one executor, one request at a time on every core
+    serving: dict[str, Any] | None = None
+
+    def serving_config(self) -> Any:
+        """The plan's :class:`~dispatch.serving.ServingConfig`, else ``None``."""
+        if self.serving is None:
+            return None
+        from dispatch.serving import ServingConfig
+
+        return ServingConfig.from_dict(self.serving)
 
     # -- lookup ------------------------------------------------------------------------
     def step_for(self, node: str) -> PlanStep:
@@ -142,7 +154,14 @@ class Plan:
                 if nested:
                     raise PlanError(f"{where}: a fallback plan cannot have a fallback of its own")
                 fallback = cls.from_dict(fallback, nested=True)
-            return cls(data["graph"], steps, convs, dict(provenance), version, fallback)
+            serving = data.get("serving")
+            if serving is not None:
+                if nested:
+                    raise PlanError(f"{where}: a fallback plan has no serving configuration")
+                from dispatch.serving import ServingConfig
+
+                serving = ServingConfig.from_dict(serving).to_dict()
+            return cls(data["graph"], steps, convs, dict(provenance), version, fallback, serving)
         except PlanError as exc:
             if nested and not str(exc).startswith(where):
                 raise PlanError(f"{where}: {exc}") from None
@@ -189,7 +208,12 @@ class Plan:
             for r in rows
         )
         guard = self.guard_label()
-        return table if guard is None else f"{table}\nguarded: NaN/Inf inputs run {guard}"
+        if guard is not None:
+            table += f"\nguarded: NaN/Inf inputs run {guard}"
+        serving = self.serving_config()
+        if serving is not None:
+            table += f"\nserving: {serving.label()} (tuned for {serving.concurrency} requests in flight)"
+        return table
 
 
 #: JSON types allowed per field of the plan's dataclasses (anything else is rejected)
@@ -199,7 +223,7 @@ _FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "value": (str,), "src": (str,), "dst": (str,), "chain": (list,), "consumers": (list,),
     "cost_bytes": (int, float), "at_build": (bool,), "reason": (str,), "graph": (str,),
     "steps": (list,), "conversions": (list,), "provenance": (dict,), "version": (int,),
-    "nonfinite_fallback": (dict, type(None)),
+    "nonfinite_fallback": (dict, type(None)), "serving": (dict, type(None)),
 }
 #: list fields whose items must be strings
 _STRING_LISTS = {"nodes", "layouts_in", "layouts_out", "chain", "consumers"}

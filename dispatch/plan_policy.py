@@ -1,8 +1,11 @@
 """The two policies a plan key depends on, written once: objectives and which backends a plan uses.
 
-An objective names what tuning minimises (``latency`` or ``memory``), optionally under a memory
-cap (``latency@cap=BYTES``) and optionally letting NaN/Inf outputs differ from the reference
-(``latency+nonstrict-nan``); the spelled-out form is part of every plan key. The backends a plan
+An objective names what tuning optimises: ``latency`` or ``memory`` of one request at a time,
+optionally under a memory cap (``latency@cap=BYTES``), or ``throughput`` — inferences per second
+with N requests in flight, optionally under a p99 latency bound (``throughput@n=4``,
+``throughput@n=4,p99=50``: :func:`throughput_target`) — and optionally letting NaN/Inf outputs
+differ from the reference (``latency+nonstrict-nan``); the spelled-out form is part of every
+plan key. The backends a plan
 may use are the ones asked for, else the configured order first (it orders the untuned plan)
 followed by every other available backend. The Session, the tuner and the report's plan lookup
 all ask this module, so that they compute the same key for the same model.
@@ -18,8 +21,10 @@ from dispatch.errors import ArgumentError
 if TYPE_CHECKING:
     from dispatch.registry import Registry
 
-#: The objectives tuning can minimise.
-OBJECTIVES = ("latency", "memory")
+#: The objectives tuning can optimise.
+OBJECTIVES = ("latency", "memory", "throughput")
+#: How many requests a throughput objective keeps in flight, at most
+MAX_CONCURRENCY = 256
 #: How an objective ends when its plan may differ from the reference on NaN/Inf inputs
 #: (tuned with ``allow_nonstrict_nan``: :mod:`tuner.nonfinite`), e.g. ``latency+nonstrict-nan``.
 NONSTRICT_NAN_SUFFIX = "+nonstrict-nan"
@@ -27,12 +32,24 @@ NONSTRICT_NAN_SUFFIX = "+nonstrict-nan"
 
 def parse_objective(objective: str) -> tuple[str, int | None]:
     """Split an objective as it appears in plan keys into ``(objective, memory_cap_bytes)``:
-    ``"latency"`` -> ``("latency", None)``, ``"latency@cap=1000000"`` -> ``("latency", 1000000)``
-    (a :data:`NONSTRICT_NAN_SUFFIX` is accepted and left to :func:`nonstrict_nan`). Raises :class:`~dispatch.errors.ArgumentError` naming the known objectives."""
+    ``"latency"`` -> ``("latency", None)``, ``"latency@cap=1000000"`` -> ``("latency", 1000000)``,
+    ``"throughput@n=4,p99=50"`` -> ``("throughput", None)`` (its target:
+    :func:`throughput_target`); a :data:`NONSTRICT_NAN_SUFFIX` is accepted and left to
+    :func:`nonstrict_nan`. Raises :class:`~dispatch.errors.ArgumentError` naming the known
+    objectives."""
     if not isinstance(objective, str):
         raise ArgumentError(f"objective must be a string, received {type(objective).__name__}")
     strict = objective.removesuffix(NONSTRICT_NAN_SUFFIX)
     name, sep, rest = strict.partition("@")
+    if name not in OBJECTIVES:
+        raise ArgumentError(
+            f"unknown objective {objective!r}; known: {', '.join(OBJECTIVES)} "
+            f"(latency and memory optionally @cap=BYTES, throughput optionally @n=N[,p99=MS], "
+            f"then optionally {NONSTRICT_NAN_SUFFIX})"
+        )
+    if name == "throughput":
+        _throughput_fields(objective, rest if sep else "")
+        return name, None
     cap: int | None = None
     if sep:
         text = rest[len("cap="):] if rest.startswith("cap=") else ""
@@ -45,18 +62,81 @@ def parse_objective(objective: str) -> tuple[str, int | None]:
                 f"objective {objective!r}: expected NAME or NAME@cap=BYTES with a positive "
                 f"integer BYTES, e.g. latency@cap=100000000"
             )
-    if name not in OBJECTIVES:
-        raise ArgumentError(
-            f"unknown objective {objective!r}; known: {', '.join(OBJECTIVES)} "
-            f"(optionally @cap=BYTES, then optionally {NONSTRICT_NAN_SUFFIX})"
-        )
     return name, cap
 
 
+def _throughput_fields(objective: str, rest: str) -> tuple[int | None, float | None]:
+    """``(concurrency, p99_ms)`` of a throughput objective's ``n=N[,p99=MS]`` part."""
+    found: dict[str, str] = {}
+    for part in rest.split(",") if rest else ():
+        key, eq, value = part.partition("=")
+        if not eq or key not in ("n", "p99") or key in found:
+            found = {"": ""}
+            break
+        found[key] = value
+    n: int | None = None
+    p99: float | None = None
+    try:
+        if "" in found:
+            raise ValueError
+        n = int(found["n"]) if "n" in found else None
+        p99 = float(found["p99"]) if "p99" in found else None
+    except ValueError:
+        n = p99 = -1
+    if (n is not None and not 1 <= n <= MAX_CONCURRENCY) or (
+            p99 is not None and not (p99 > 0 and p99 < float("inf"))):
+        raise ArgumentError(
+            f"objective {objective!r}: expected throughput, throughput@n=N or "
+            f"throughput@n=N,p99=MS with N requests in flight (1 to {MAX_CONCURRENCY}) and a "
+            f"positive p99 latency bound MS in milliseconds, e.g. throughput@n=4,p99=50"
+        )
+    return n, p99
+
+
+def throughput_target(objective: str) -> tuple[int, float | None] | None:
+    """``(concurrency, p99_bound_ms)`` of a throughput objective as in plan keys
+    (``throughput@n=4,p99=50`` -> ``(4, 50.0)``), ``None`` for the other objectives. Every
+    throughput key names its concurrency (:func:`objective_string` writes it); a bare
+    ``throughput`` means one request in flight per usable core."""
+    name, _ = parse_objective(objective)
+    if name != "throughput":
+        return None
+    strict = objective.removesuffix(NONSTRICT_NAN_SUFFIX)
+    n, p99 = _throughput_fields(objective, strict.partition("@")[2])
+    if n is None:
+        from dispatch.blas import configured_threads
+
+        n = configured_threads()
+    return n, p99
+
+
+def canonical_objective(objective: str) -> str:
+    """``objective`` as plan keys spell it: a throughput objective names its concurrency
+    (``throughput`` -> ``throughput@n=CORES``; ``throughput@p99=50`` -> ``throughput@n=CORES,p99=50``),
+    the others are returned as given once checked (:func:`parse_objective`)."""
+    target = throughput_target(objective)
+    if target is None:
+        return objective
+    return objective_string("throughput", nonstrict_nan=nonstrict_nan(objective),
+                            concurrency=target[0], max_latency_ms=target[1])
+
+
 def objective_string(objective: str, memory_cap_bytes: int | None = None,
-                     nonstrict_nan: bool = False) -> str:
-    """The objective as it appears in plan keys, e.g. ``latency``, ``latency@cap=1000000`` or
-    ``latency+nonstrict-nan``."""
+                     nonstrict_nan: bool = False, *, concurrency: int | None = None,
+                     max_latency_ms: float | None = None) -> str:
+    """The objective as it appears in plan keys, e.g. ``latency``, ``latency@cap=1000000``,
+    ``latency+nonstrict-nan`` or ``throughput@n=4,p99=50`` (a throughput objective always
+    names its ``concurrency``: the caller resolves the default, the usable cores)."""
+    if objective == "throughput":
+        if concurrency is None:
+            raise ArgumentError("a throughput objective needs its concurrency (requests in flight)")
+        objective = f"throughput@n={int(concurrency)}"
+        if max_latency_ms is not None:
+            objective += f",p99={float(max_latency_ms):g}"
+        parse_objective(objective)
+    elif concurrency is not None or max_latency_ms is not None:
+        raise ArgumentError(
+            f"concurrency and a p99 latency bound go with the throughput objective, not {objective!r}")
     if memory_cap_bytes is not None:
         objective = f"{objective}@cap={int(memory_cap_bytes)}"
     return objective + (NONSTRICT_NAN_SUFFIX if nonstrict_nan else "")

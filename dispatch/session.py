@@ -35,7 +35,7 @@ from dispatch.graph import Graph
 from dispatch.heuristic import heuristic_plan
 from dispatch.input_shapes import DeclaredInput, ShapeSet, format_shapes
 from dispatch.plan import Plan
-from dispatch.plan_policy import parse_objective, plan_backends
+from dispatch.plan_policy import canonical_objective, plan_backends
 from dispatch.plan_source import PlanSource, default_plan_source
 from dispatch.registry import Registry
 from dispatch.session_fallback import MAX_FAULTS as MAX_FAULTS  # re-exported
@@ -43,6 +43,7 @@ from dispatch.session_fallback import FallbackMixin
 from dispatch.session_fallback import Fault as Fault  # re-exported
 from dispatch.session_tuning import TuningMixin
 from dispatch.shape_sessions import MAX_SHAPES, ShapeSessions
+from dispatch.stream_pool import build_executor
 
 if TYPE_CHECKING:
     from dispatch.onnx_import import ModelLike
@@ -213,7 +214,9 @@ class Session(TuningMixin, FallbackMixin):
             )
         if tune_options is not None and self.source is not None:
             self.source.check_tune_options(tune_options)
-        parse_objective(objective)  # an unknown objective is an error now, not a silent miss
+        # an unknown objective is an error now, not a silent miss; "throughput" names its
+        # concurrency, as its plans' keys do
+        objective = canonical_objective(objective)
         self.startup: dict[str, float] = {}
         self._lookup_s = 0.0
         t_stage = t0  # the plan source's set-up counts with the configuration
@@ -347,7 +350,7 @@ class Session(TuningMixin, FallbackMixin):
                     self.plan_note += "; the first run tunes it"
         t_stage = self._stage("plan", t_stage)
         if self._executor is None:
-            self._executor = Executor(self.graph, self._plan, self.registry)
+            self._executor = build_executor(self.graph, self._plan, self.registry)
         self._stage("build", t_stage)
         if self.plan_source == "store":  # the stored plan's executor was built by the lookup
             build = self.startup["plan"] + self.startup["build"] - self._lookup_s
@@ -449,7 +452,7 @@ class Session(TuningMixin, FallbackMixin):
             self._miss_reasons = list(found.reasons)
             return None
         try:
-            self._executor = Executor(self.graph, found.plan, self.registry)
+            self._executor = build_executor(self.graph, found.plan, self.registry)
         except Exception as exc:  # a broken plan must never stop the model from running
             reason = f"{type(exc).__name__}: {exc}"
             self.plan_note = f"stored plan not used: {reason}"

@@ -56,10 +56,12 @@ class FallbackMixin:
         :attr:`faults` and warned about once per implementation. Only when that cannot answer
         (no reference implementation for the node, a converter failing, the reference raising
         too) is the whole run answered by the numpy reference plan, the last resort."""
+        # a throughput plan's requests run on its streams (dispatch.stream_pool)
+        runner = self.executor.streams or self.executor
         if self.on_error != "fallback":
-            return self.executor.run(feeds, names)
+            return runner.run(feeds, names)
         try:
-            return self.executor.run(feeds, names, on_fault=self._record_fault)
+            return runner.run(feeds, names, on_fault=self._record_fault)
         except KernelError as exc:
             self._record_fault(exc, recovery="reference plan")
             try:

@@ -15,6 +15,7 @@ import numpy as np
 from dispatch.compare import MODEL_TOLERANCE, check_outputs
 from dispatch.errors import ArgumentError, OpDispatchError
 from dispatch.executor import Executor
+from dispatch.stream_pool import build_executor
 
 #: The logger first-run tuning announces itself on (a WARNING when it starts, since the first
 #: run then takes up to the tuning budget; INFO when it ends): route or silence it with the
@@ -70,7 +71,7 @@ class TuningMixin:
             objective=self.objective, backends=self._allowed_backends(),
             budget_s=budget_s if budget_s is not None else self._tune_budget_s,
             base_options=self._tune_options, options=options)
-        return result, Executor(self.graph, result.plan, self.registry)
+        return result, build_executor(self.graph, result.plan, self.registry)
 
     def _switch_to(self, result: Any, executor: Executor, note: str) -> None:
         self._plan = result.plan

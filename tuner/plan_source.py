@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from dispatch.config import Config
 from dispatch.errors import ArgumentError
 from dispatch.graph import Graph
-from dispatch.plan_policy import nonstrict_nan, parse_objective
+from dispatch.plan_policy import nonstrict_nan, parse_objective, throughput_target
 from dispatch.plan_source import StoredPlanLookup
 from dispatch.registry import Registry
 from tuner.fingerprint import PlanKey, plan_key
@@ -38,7 +38,8 @@ if TYPE_CHECKING:  # imported when a Session tunes, not at start-up (issue 13)
     from tuner.tune_types import TuneOptions, TuneResult
 
 #: ``TuneOptions`` fields a Session sets itself (from its objective and backends).
-SESSION_TUNE_FIELDS = ("objective", "memory_cap_bytes", "backends", "budget_s", "allow_nonstrict_nan")
+SESSION_TUNE_FIELDS = ("objective", "memory_cap_bytes", "backends", "budget_s", "allow_nonstrict_nan",
+                       "concurrency", "max_latency_ms")
 
 
 class StorePlanSource:
@@ -185,10 +186,12 @@ def _tune_settings(
     base = base_options or TuneOptions(
         budget_s=config.tune_budget_s, top_k=config.tune_top_k, progress=False)
     name, cap = parse_objective(objective)
+    concurrency, bound = throughput_target(objective) or (None, None)
     return replace(base, **options,
                    budget_s=float(budget_s if budget_s is not None else base.budget_s),
                    objective=name, memory_cap_bytes=cap, backends=list(backends),
-                   allow_nonstrict_nan=nonstrict_nan(objective))
+                   allow_nonstrict_nan=nonstrict_nan(objective), concurrency=concurrency,
+                   max_latency_ms=bound)
 
 
 def stored_shapes(plans: PlanStore, key: PlanKey) -> list[str]:

@@ -37,6 +37,7 @@ the options and result types live in :mod:`tuner.tune_types` and are re-exported
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 import warnings
@@ -46,14 +47,20 @@ from typing import Any
 from dispatch import blas, graph_cache
 from dispatch.backend import load_registry
 from dispatch.config import Config
-from dispatch.errors import OpDispatchError
+from dispatch.errors import ArgumentError, OpDispatchError
 from dispatch.executor import Executor
 from dispatch.graph import Graph
 from dispatch.heuristic import heuristic_plan
 from dispatch.onnx_import import ModelLike
 from dispatch.plan import Plan, PlanStep, Rejected
 from dispatch.plan_assembly import order_steps, plan_conversions
-from dispatch.plan_policy import OBJECTIVES, objective_string, plan_backends, unavailable_backends
+from dispatch.plan_policy import (
+    OBJECTIVES,
+    objective_string,
+    plan_backends,
+    throughput_target,
+    unavailable_backends,
+)
 from dispatch.registry import REFERENCE_BACKEND, STANDARD, Registry
 from tuner import busy
 from tuner.candidates import Candidate, enumerate_candidates
@@ -68,6 +75,7 @@ from tuner.measure import Measurement, reference_overrides
 from tuner.nonfinite import nonfinite_winner
 from tuner.optimize import Choice, Problem, Solution, evaluate, optimize
 from tuner.store import PlanStore, StoreWriteError
+from tuner.throughput import THROUGHPUT_SHARE, ThroughputStage
 from tuner.tune_measure import _conversion_costs, _measure_all
 from tuner.tune_types import NOISY_SPREAD, PlanCandidate, TuneOptions, TuneResult, TuningError
 from tuner.validate import BUDGET_SKIP, UNTUNED, _random_feeds, _validate, _winner
@@ -274,10 +282,19 @@ def _alternative_problems(problem: Problem, best: Solution, k: int) -> list[Prob
 
 
 def objective_key(opts: TuneOptions) -> str:
-    """The objective as it appears in plan keys, e.g. ``latency`` or ``latency@cap=1000000``."""
+    """The objective as it appears in plan keys, e.g. ``latency``, ``latency@cap=1000000`` or
+    ``throughput@n=4,p99=50`` (a throughput objective without a concurrency: one request in
+    flight per configured thread)."""
     if opts.objective not in OBJECTIVES:
         raise TuningError(f"unknown objective {opts.objective!r}; known: {', '.join(OBJECTIVES)}")
-    return objective_string(opts.objective, opts.memory_cap_bytes, opts.allow_nonstrict_nan)
+    concurrency = opts.concurrency
+    if opts.objective == "throughput" and concurrency is None:
+        concurrency = blas.configured_threads()
+    try:
+        return objective_string(opts.objective, opts.memory_cap_bytes, opts.allow_nonstrict_nan,
+                                concurrency=concurrency, max_latency_ms=opts.max_latency_ms)
+    except ArgumentError as exc:
+        raise TuningError(str(exc)) from None
 
 
 def load_graph(model: ModelLike, registry: Registry, backends: Sequence[str],
@@ -304,6 +321,13 @@ def tune(
     opts = options or TuneOptions()
     config = config or Config.load()
     objective = objective_key(opts)
+    # a throughput objective: the latency stages validate plans one request at a time within
+    # their share of the budget, then the throughput stage measures them under load
+    target = throughput_target(objective)
+    full_budget_s = opts.budget_s
+    if target is not None:
+        opts = dataclasses.replace(opts, objective="latency", concurrency=None, max_latency_ms=None,
+                                   budget_s=opts.budget_s * (1 - THROUGHPUT_SHARE))
     registry = registry or load_registry(config.plugin_path or None, order=config.backend_order)
     say = log or (lambda _msg: None)
     backends = plan_backends(registry, config.backend_order, opts.backends)
@@ -331,13 +355,14 @@ def tune(
         graph = load_graph(model, registry, backends, input_shapes)
         key = plan_key(graph, registry, backends, objective)
         hw, sw = hardware_digest(key.hardware), software_digest(key.software)
-        run_id = store.start_run(model_fp=key.model, budget_s=opts.budget_s, objective=objective)
+        run_id = store.start_run(model_fp=key.model, budget_s=full_budget_s, objective=objective)
         deadline = t_start + opts.budget_s
         try:
             result = _tune(graph, registry, backends, store, key, hw, sw, opts, deadline, run_id, say,
                            cpu_start, blas.record(settings, outside),
                            model_file=(os.path.abspath(model)
-                                       if isinstance(model, str | os.PathLike) else None))
+                                       if isinstance(model, str | os.PathLike) else None),
+                           throughput=None if target is None else (*target, t_start + full_budget_s))
         except KeyboardInterrupt:
             store.finish_run(run_id, "interrupted", {"elapsed_s": time.monotonic() - t_start})
             raise
@@ -345,6 +370,7 @@ def tune(
             store.finish_run(run_id, "failed", {"error": f"{type(exc).__name__}: {exc}"})
             raise
     result.stats["tuning_s"] = time.monotonic() - t_start
+    result.stats["budget_s"] = full_budget_s
     store.finish_run(run_id, "finished", result.stats)
     result.store_error = store.error
     return result
@@ -366,6 +392,7 @@ def _tune(
     threading: dict[str, Any] | None = None,
     *,
     model_file: str | None = None,
+    throughput: tuple[int, float | None, float] | None = None,
 ) -> TuneResult:
     untuned = heuristic_plan(graph, registry, backends)
     # the untuned plan and each backend's own untuned plan (the backend first, numpy for what
@@ -478,11 +505,20 @@ def _tune(
     _validate(graph, registry, plans, feeds, reference, opts.validate_runs, deadline,
               grace_s=0.05 * opts.budget_s, say=say)
     stage_s["validate_s"] = time.monotonic() - t_stage
+    serving: ThroughputStage | None = None
+    choose = _winner
+    if throughput is not None:  # (concurrency, p99 bound, deadline): measured under load
+        t_stage = time.monotonic()
+        serving = ThroughputStage(graph, registry, feeds, reference, throughput[0], throughput[1],
+                                  throughput[2], say)
+        serving.measure(plans)
+        choose = serving.choose
+        stage_s["throughput_s"] = time.monotonic() - t_stage
     # the winner must also agree with the reference on NaN/Inf inputs (tuner.nonfinite)
-    win, nonfinite = nonfinite_winner(graph, registry, plans, reference_plan, opts, _winner)
+    win, nonfinite = nonfinite_winner(graph, registry, plans, reference_plan, opts, choose)
     valid = [pc for pc in plans if pc.error is None]
     fastest = min(valid, key=lambda pc: pc.latency_ms or 0.0)
-    kept = "" if fastest is win or opts.objective != "latency" else (
+    kept = "" if fastest is win or opts.objective != "latency" or serving is not None else (
         f"{fastest.label} measured {fastest.latency_ms:.3f} ms, within the measured spread of "
         f"{win.label}'s {win.latency_ms:.3f} ms: the single-backend plan is kept")
     noisy = [pc.label for pc in valid if pc.latency_ms and (pc.spread_ms or 0) > NOISY_SPREAD * pc.latency_ms]
@@ -520,6 +556,9 @@ def _tune(
     if threading is not None:
         stats["threading"] = blas.describe(threading)
         stats["threading_differs"] = blas.differences(threading, threading.get("process"))
+    if serving is not None:  # its best configuration, validated under load
+        win.plan = serving.finish(win)
+        stats["throughput"] = serving.stats()
     plan_id = store.put_plan(key, win.plan.to_json(), latency_ms=win.latency_ms,
                              peak_bytes=win.peak_bytes, run_id=run_id,
                              notes={"winner": win.label, "stats": stats})

@@ -33,6 +33,10 @@ class TuneOptions:
     budget_s: float = 120.0
     objective: str = "latency"
     memory_cap_bytes: int | None = None
+    #: the throughput objective's requests in flight (``None``: one per usable core) and its
+    #: optional p99 latency bound in milliseconds (:mod:`tuner.throughput`)
+    concurrency: int | None = None
+    max_latency_ms: float | None = None
     top_k: int = 3
     backends: Sequence[str] | None = None
     validate_runs: int = 10
@@ -119,6 +123,11 @@ class TuneResult:
                          f"{', '.join(s['noisy_plans'])}")
         if s.get("nonfinite"):
             lines.append(f"NaN/Inf: {s['nonfinite']}")
+        if s.get("throughput"):
+            from tuner.throughput_table import throughput_lines
+
+            lines.append("plans validated one request at a time, then measured under load:")
+            lines += throughput_lines(s["throughput"])
         from tuner.validation_table import validation_lines
 
         winner = next((pc for pc in self.validated if pc.plan is self.plan), None)

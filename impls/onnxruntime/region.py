@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from dispatch import serving
 from dispatch.fusion import FusedNode
 from dispatch.graph import Graph, Node
 from dispatch.registry import ImplTable, Priority
@@ -112,18 +113,21 @@ def session(region: FusedNode, optimization: str = "all", profile_dir: str | Non
         "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
     }[optimization]
     so.log_severity_level = 3
-    so.intra_op_num_threads = SETTINGS["intra_op_threads"] or _usable_cores()
+    # a throughput plan's stream is built with its own thread count (dispatch.serving)
+    build = serving.build_settings()
+    so.intra_op_num_threads = (build and build.threads) or SETTINGS["intra_op_threads"] or _usable_cores()
     so.inter_op_num_threads = 1
     weights: dict[str, np.ndarray] = {}
     model = region_model(region, weights)
     if weights:  # taken from memory, not serialised into the model (see region_model)
         names = list(weights)
         so.add_external_initializers(names, [ort.OrtValue.ortvalue_from_numpy(weights[n]) for n in names])
-    if not region.attrs.get("whole_graph"):
+    if not region.attrs.get("whole_graph") or (build is not None and build.shared_cores):
         # onnxruntime's workers spin after each run; between regions other backends' kernels
         # run, and spinning workers hold the cores they need (measured on squeezenet,
         # alternating an onnxruntime and a native run: 16.0 ms with spinning, 13.6 without,
-        # for 4.7 + 6.4 ms alone). Only a region that is the whole graph keeps spinning.
+        # for 4.7 + 6.4 ms alone). Only a region that is the whole graph keeps spinning, and
+        # only when no other stream of a throughput plan shares the cores with it.
         so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from dispatch import serving
 from dispatch.fusion import FusedNode
 from dispatch.graph import Graph, Node
 from dispatch.registry import ImplTable, Priority
@@ -190,10 +191,24 @@ def compile_config() -> dict[str, Any]:
     """The CPU plugin's settings for a region: latency, one stream, the configured threads,
     float32 inference (no bf16 / f16 where the CPU has them) and denormals kept: with
     ``CPU_DENORMALS_OPTIMIZATION`` on, compiling sets flush-to-zero on the calling thread, and
-    numpy in that thread flushes denormals from then on (measured)."""
+    numpy in that thread flushes denormals from then on (measured).
+
+    Built for a throughput plan's serving configuration (:mod:`dispatch.serving`): a stream's
+    thread count, or, in the configuration's ``library`` mode, the throughput hint with its
+    number of OpenVINO streams sharing the threads."""
+    build = serving.build_settings()
+    threads = (build and build.threads) or SETTINGS["threads"] or usable_cores()
+    if build is not None and build.library_streams:
+        return {
+            "PERFORMANCE_HINT": "THROUGHPUT",
+            "INFERENCE_NUM_THREADS": threads,
+            "NUM_STREAMS": str(build.library_streams),
+            "INFERENCE_PRECISION_HINT": "f32",
+            "CPU_DENORMALS_OPTIMIZATION": False,
+        }
     return {
         "PERFORMANCE_HINT": "LATENCY",
-        "INFERENCE_NUM_THREADS": SETTINGS["threads"] or usable_cores(),
+        "INFERENCE_NUM_THREADS": threads,
         "NUM_STREAMS": "1",
         "INFERENCE_PRECISION_HINT": "f32",
         "CPU_DENORMALS_OPTIMIZATION": False,

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from dispatch.errors import OpDispatchError
+from tuner.cli import load_run
 from tuner.cli.args import (
     EXIT_INTERNAL_ERROR,
     EXIT_USER_ERROR,
@@ -145,9 +146,20 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.untuned and args.require_plan:
         raise UsageError("--untuned and --require-plan exclude each other: --untuned ignores "
                          "stored plans, --require-plan insists on one")
+    load_run.check(args)
+    if args.library is not None:
+        return load_run.run_library(args, given)
     store = False if args.untuned else args.store
+    objective = load_run.objective_for(args)
     sess = Session(args.model, backends=backends, input_shapes=shapes or None, store=store,
-                   objective=args.objective, require_plan=args.require_plan)
+                   objective=objective, require_plan=args.require_plan)
+    note = ""
+    if (args.concurrency and args.objective is None and not args.untuned
+            and sess.plan_source not in ("store", "deferred")):
+        note = (f"no plan stored for objective {objective} ({sess.plan_note}); running the "
+                f"stored latency plan, if any (tune with --objective throughput --concurrency "
+                f"{args.concurrency})")
+        sess = Session(args.model, backends=backends, input_shapes=shapes or None, store=store)
     load_s = time.perf_counter() - t0
     _warn_broken_plugins(sess.registry)
     rng = np.random.default_rng(args.seed)
@@ -168,6 +180,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                 f"--shape {inp.name}=" + "x".join(str(d) if isinstance(d, int) else "N" for d in inp.shape)
                 + f" (or its values with --input {inp.name}=FILE.npy)")
         feeds[inp.name] = given.pop(inp.name) if inp.name in given else _random_feed(shape, inp.dtype, rng)
+    if args.concurrency is not None:
+        return load_run.run_plan(args, sess, feeds, note)
     from tuner.cli import bench
 
     before = sess.load_seconds
@@ -221,10 +235,15 @@ def cmd_tune(args: argparse.Namespace) -> int:
     backends = [b.strip() for b in args.backends.split(",")] if args.backends else None
     config = Config.load({"store_path": args.store})
     budget = args.budget if args.budget is not None else config.tune_budget_s
+    if args.objective != "throughput" and (args.concurrency or args.max_latency_ms):
+        raise UsageError("--concurrency and --max-latency-ms go with --objective throughput, "
+                         f"not --objective {args.objective}")
     opts = TuneOptions(
         budget_s=budget / len(shape_sets),
         objective=args.objective,
         memory_cap_bytes=args.memory_cap,
+        concurrency=args.concurrency,
+        max_latency_ms=args.max_latency_ms,
         top_k=args.top_k if args.top_k is not None else config.tune_top_k,
         backends=backends,
         progress=not args.no_progress,
@@ -315,7 +334,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "('-' for stdout)")
     r.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     r.add_argument("--store", default=None, help="plan store to take a tuned plan from (default: configured)")
-    r.add_argument("--objective", default="latency", help="objective of the stored plan to use")
+    r.add_argument("--objective", default=None,
+                   help="objective of the stored plan to use (default latency; with "
+                        "--concurrency N, throughput@n=N)")
+    load_run.add_arguments(r)
     r.add_argument("--untuned", action="store_true", help="ignore stored plans; run the heuristic plan")
     r.add_argument("--require-plan", action="store_true",
                    help="fail (exit 2) unless the store holds a plan tuned for this model on this "
@@ -327,7 +349,16 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--budget", type=positive_seconds, default=None, metavar="SECONDS",
                    help="bound on the whole tuning run (default: the configured tune_budget_s)")
     t.add_argument("--store", default=None, help="plan store (default: the configured store_path)")
-    t.add_argument("--objective", choices=["latency", "memory"], default="latency")
+    t.add_argument("--objective", choices=["latency", "memory", "throughput"], default="latency",
+                   help="latency or memory of one request at a time; throughput: inferences per "
+                        "second with --concurrency requests in flight, as a server runs the model "
+                        "(the plan stores its serving configuration: streams, threads)")
+    t.add_argument("--concurrency", type=positive_int, default=None, metavar="N",
+                   help="with --objective throughput: requests in flight (default: one per "
+                        "configured thread)")
+    t.add_argument("--max-latency-ms", type=positive_seconds, default=None, metavar="MS",
+                   help="with --objective throughput: the p99 latency bound in milliseconds; a "
+                        "configuration over it is rejected")
     t.add_argument("--memory-cap", type=positive_int, default=None, metavar="BYTES",
                    help="with --objective latency: the fastest plan whose peak memory fits")
     t.add_argument("--top-k", type=positive_int, default=None, help="plans validated end to end (default 3)")

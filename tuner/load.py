@@ -1,0 +1,126 @@
+"""Measuring a model under load: N requests in flight from N threads, as a server runs it.
+
+:func:`run_load` is the one load loop of the project: the throughput tuner compares serving
+configurations with it (:mod:`tuner.throughput`), ``opdispatch run --concurrency N`` reports
+it for a stored plan or a plain library (:mod:`tuner.library_load`), and the throughput bench
+times every set-up through it. Like OpenVINO's ``benchmark_app``, each of the N threads sends
+its next request as soon as its previous one returns; after a warm-up, requests are counted
+for a fixed time (and at most a fixed number of them), and the figures are the completed
+requests per second and the percentiles of their latencies.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+#: the percentiles every load figure reports
+PERCENTILES = (50, 90, 99)
+
+
+@dataclass
+class LoadResult:
+    """What a load run measured."""
+
+    concurrency: int
+    #: requests completed in the measured window
+    requests: int
+    #: the measured window, seconds
+    seconds: float
+    #: completed requests per second
+    throughput: float
+    p50_ms: float
+    p90_ms: float
+    p99_ms: float
+    mean_ms: float
+    #: requests that raised (their first error in :attr:`error`)
+    errors: int = 0
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def describe(self) -> str:
+        """One line: throughput and the latency percentiles."""
+        text = (f"{self.throughput:.1f} inferences/s at concurrency {self.concurrency} "
+                f"({self.requests} requests in {self.seconds:.1f} s); latency p50 "
+                f"{self.p50_ms:.2f} ms, p90 {self.p90_ms:.2f} ms, p99 {self.p99_ms:.2f} ms")
+        if self.errors:
+            text += f"; {self.errors} request(s) failed: {self.error}"
+        return text
+
+
+def run_load(
+    call: Callable[[int], Any],
+    concurrency: int,
+    duration_s: float,
+    *,
+    warmup_s: float = 0.3,
+    max_requests: int | None = None,
+) -> LoadResult:
+    """Run ``call(thread_index)`` from ``concurrency`` threads, each calling again as soon as
+    its call returns, for ``warmup_s`` (not counted) then ``duration_s`` seconds or until
+    ``max_requests`` requests completed in the measured window, whichever comes first.
+
+    Every thread stops at the end of the window (a request in flight then is finished and
+    not counted). A call that raises is counted as an error and its thread stops; the
+    first error's text is kept."""
+    if concurrency < 1:
+        raise ValueError(f"concurrency must be at least 1, received {concurrency}")
+    if duration_s <= 0:
+        raise ValueError(f"duration_s must be positive, received {duration_s}")
+    lock = threading.Lock()
+    latencies: list[list[float]] = [[] for _ in range(concurrency)]
+    errors: list[str] = []
+    state = {"count": 0}
+    start_at = time.perf_counter() + warmup_s
+    stop_at = [start_at + duration_s]
+    limit = max_requests if max_requests is not None else None
+    done = threading.Event()
+
+    def worker(k: int) -> None:
+        mine = latencies[k]
+        while not done.is_set():
+            t0 = time.perf_counter()
+            try:
+                call(k)
+            except Exception as exc:  # counted and reported, never raised into the thread
+                with lock:
+                    errors.append(f"{type(exc).__name__}: {exc}")
+                return
+            t1 = time.perf_counter()
+            if t1 > stop_at[0]:
+                done.set()
+                return
+            if t0 >= start_at:
+                mine.append(t1 - t0)
+                if limit is not None:
+                    with lock:
+                        state["count"] += 1
+                        if state["count"] >= limit:
+                            stop_at[0] = t1
+                            done.set()
+                            return
+
+    threads = [threading.Thread(target=worker, args=(k,), daemon=True, name=f"load-{k}")
+               for k in range(concurrency)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    end = min(stop_at[0], time.perf_counter())
+    window = max(1e-9, end - start_at)
+    every = np.array([x for mine in latencies for x in mine], dtype=np.float64) * 1e3
+    if every.size:
+        p50, p90, p99 = (float(np.percentile(every, q)) for q in PERCENTILES)
+        mean = float(every.mean())
+    else:
+        p50 = p90 = p99 = mean = float("nan")
+    return LoadResult(concurrency=concurrency, requests=int(every.size), seconds=window,
+                      throughput=every.size / window, p50_ms=p50, p90_ms=p90, p99_ms=p99,
+                      mean_ms=mean, errors=len(errors), error=errors[0] if errors else None)

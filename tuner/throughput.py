@@ -1,0 +1,282 @@
+"""Throughput tuning: which plan, set up how, answers the most requests per second with N in
+flight (the objective ``throughput@n=N[,p99=MS]``, :func:`dispatch.plan_policy.throughput_target`).
+
+The latency stages have validated whole plans one request at a time (:mod:`tuner.validate`);
+this stage takes the valid ones (the fastest first, distinct plans only, as many as its share
+of the budget allows) and, for each, the serving configurations that can pay on this machine
+(:func:`serving_candidates`: the latency set-up called from N threads, independent streams
+splitting the cores, more streams than cores, one onnxruntime session whose requests each run
+on their caller's thread, OpenVINO's throughput hint with its own streams). Each is built as a
+production process builds it (:func:`dispatch.stream_pool.build_executor`) and measured as a
+server runs it: N threads, each sending its next request when the last one returned
+(:func:`tuner.load.run_load`). A configuration over the p99 bound is rejected with its figure;
+the plan with the highest throughput wins (its NaN/Inf behaviour checked like any winner's:
+:func:`tuner.nonfinite.nonfinite_winner`), and its best configuration is validated end to end
+under the same concurrency — every thread's outputs against the reference — then measured once
+more for the figure stored with the plan.
+"""
+
+from __future__ import annotations
+
+import gc
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from dispatch.graph import Graph
+from dispatch.plan import Plan
+from dispatch.registry import Registry
+from dispatch.serving import ServingConfig
+from dispatch.stream_pool import build_executor
+from impls.regions import usable_cores
+from tuner.load import LoadResult, run_load
+from tuner.measure import MODEL_TOLERANCE, check_outputs
+from tuner.tune_types import PlanCandidate, TuneOptions, TuningError
+
+#: the share of a throughput run's budget this stage gets (the latency stages share the rest)
+THROUGHPUT_SHARE = 0.4
+#: how many distinct validated plans get serving configurations measured, at most
+MAX_PLANS = 3
+#: each configuration's measured window, seconds (the budget may shorten it to MIN_WINDOW_S)
+WINDOW_S = 1.5
+MIN_WINDOW_S = 0.4
+#: the untimed start of each measurement: pools started, caches warm
+WARMUP_S = 0.3
+#: the final measurement of the winner, seconds
+FINAL_WINDOW_S = 2.0
+#: runs of the winner per thread in its validation under concurrency
+VALIDATE_RUNS = 3
+#: what a configuration the budget left no time for says in place of a figure
+BUDGET_SKIP = "not measured: tuning budget spent"
+
+
+@dataclass
+class ServingTrial:
+    """One plan under one serving configuration, measured under load (or why not)."""
+
+    plan: PlanCandidate
+    config: ServingConfig
+    result: LoadResult | None = None
+    error: str | None = None
+
+    def row(self) -> dict[str, Any]:
+        """The trial as plain JSON values (for the plan's provenance and the summary)."""
+        r = self.result
+        return {"plan": self.plan.label, "config": self.config.to_dict(), "label": self.config.label(),
+                "throughput": None if r is None else round(r.throughput, 2),
+                "p50_ms": None if r is None else round(r.p50_ms, 3),
+                "p90_ms": None if r is None else round(r.p90_ms, 3),
+                "p99_ms": None if r is None else round(r.p99_ms, 3), "error": self.error}
+
+
+def serving_candidates(plan: Plan, concurrency: int, cores: int) -> list[ServingConfig]:
+    """The serving configurations worth measuring for ``plan`` with ``concurrency`` requests in
+    flight on ``cores`` cores, the latency set-up first (one executor, the configured threads,
+    called from every thread: what a latency plan does under load)."""
+    n = concurrency
+    out = [ServingConfig("shared", 1, 0, n, n)]
+    if n == 1:
+        return out
+    backends = set(plan.backends_used())
+    for s in range(2, min(n, cores) + 1):  # streams splitting the cores between them
+        out.append(ServingConfig("streams", s, max(1, cores // s), s, n))
+    if n > cores:  # more streams than cores: one request's Python time hides behind another's
+        s = min(n, 2 * cores)
+        out.append(ServingConfig("streams", s, 1, s, n))
+    if "onnxruntime" in backends:  # one session, each request on its caller's thread
+        out.append(ServingConfig("shared", 1, 1, n, n))
+    if "openvino" in backends and cores >= 2:  # OpenVINO's own streams, throughput hint
+        out.append(ServingConfig("shared", min(n, cores), 0, n, n))
+    seen: set[ServingConfig] = set()
+    return [c for c in out if not (c in seen or seen.add(c))]
+
+
+def _distinct(plans: Sequence[PlanCandidate], limit: int) -> list[PlanCandidate]:
+    """The valid plans, fastest first, one of each set of steps, at most ``limit``."""
+    seen: set[tuple] = set()
+    out = []
+    for pc in sorted((p for p in plans if p.error is None and p.latency_ms is not None),
+                     key=lambda p: p.latency_ms):
+        sig = tuple((s.impl, tuple(s.nodes)) for s in pc.plan.steps)
+        if sig in seen:
+            continue
+        seen.add(sig)
+        out.append(pc)
+        if len(out) == limit:
+            break
+    return out
+
+
+def _with_serving(plan: Plan, config: ServingConfig) -> Plan:
+    return Plan(plan.graph, plan.steps, plan.conversions, plan.provenance, plan.version,
+                plan.nonfinite_fallback, config.to_dict())
+
+
+class ThroughputStage:
+    """The throughput stage of one tuning run (see the module docstring)."""
+
+    def __init__(self, graph: Graph, registry: Registry, feeds: Mapping[str, np.ndarray],
+                 reference: Sequence[np.ndarray], concurrency: int, max_latency_ms: float | None,
+                 deadline: float, say: Callable[[str], None] | None = None) -> None:
+        self.graph, self.registry = graph, registry
+        self.feeds, self.reference = dict(feeds), list(reference)
+        self.concurrency, self.max_latency_ms = concurrency, max_latency_ms
+        self.deadline = deadline
+        self.say = say or (lambda _msg: None)
+        self.cores = usable_cores()
+        self.trials: list[ServingTrial] = []
+        self.final: LoadResult | None = None
+        self.winner: ServingTrial | None = None
+        self.note = ""
+
+    # -- measuring ---------------------------------------------------------------------
+    def measure(self, plans: Sequence[PlanCandidate]) -> None:
+        """Measure every configuration of the distinct valid ``plans`` that the budget allows."""
+        for pc in _distinct(plans, MAX_PLANS):
+            for config in serving_candidates(pc.plan, self.concurrency, self.cores):
+                self.trials.append(ServingTrial(pc, config))
+        reserve = FINAL_WINDOW_S + WARMUP_S + 1.0
+        for k, trial in enumerate(self.trials):
+            left = self.deadline - reserve - time.monotonic()
+            per = left / (len(self.trials) - k) - WARMUP_S - 0.3  # 0.3 s: its build, about
+            if per < MIN_WINDOW_S and k > 0:
+                trial.error = BUDGET_SKIP
+                continue
+            window = min(WINDOW_S, max(MIN_WINDOW_S, per))
+            self.say(f"throughput: {trial.plan.label}, {trial.config.label()} ({window:.1f} s)")
+            try:
+                trial.result = self._load(trial.plan.plan, trial.config, window)
+            except Exception as exc:  # a configuration that fails to build or run loses
+                trial.error = f"{type(exc).__name__}: {exc}"
+                continue
+            finally:
+                gc.collect()  # this configuration's sessions and pools go before the next one's
+            if trial.result.errors:
+                trial.error = f"{trial.result.errors} request(s) failed: {trial.result.error}"
+            elif self.max_latency_ms is not None and trial.result.p99_ms > self.max_latency_ms:
+                trial.error = (f"p99 {trial.result.p99_ms:.2f} ms over the bound of "
+                               f"{self.max_latency_ms:g} ms")
+
+    def _load(self, plan: Plan, config: ServingConfig, window: float) -> LoadResult:
+        executor = build_executor(self.graph, _with_serving(plan, config), self.registry)
+        runner = executor.streams or executor
+        feeds = self.feeds
+        runner.run(feeds)  # built and run once before the clock (first-run allocations)
+        return run_load(lambda _k: runner.run(feeds), self.concurrency, window, warmup_s=WARMUP_S)
+
+    def _valid(self) -> list[ServingTrial]:
+        return [t for t in self.trials if t.error is None and t.result is not None]
+
+    def best_for(self, pc: PlanCandidate) -> ServingTrial | None:
+        """``pc``'s configuration with the highest throughput, else ``None``."""
+        mine = [t for t in self._valid() if t.plan is pc]
+        return max(mine, key=lambda t: t.result.throughput) if mine else None  # type: ignore[union-attr]
+
+    def choose(self, plans: Sequence[PlanCandidate], _opts: TuneOptions | None = None) -> PlanCandidate:
+        """The plan among ``plans`` whose best configuration has the highest throughput (the
+        ``choose`` of :func:`tuner.nonfinite.nonfinite_winner`); raises TuningError when none
+        has a valid configuration, naming the best p99 found when a bound ruled them out."""
+        best = [(t, pc) for pc in plans if pc.error is None
+                for t in [self.best_for(pc)] if t is not None]
+        if best:
+            return max(best, key=lambda tp: tp[0].result.throughput)[1]  # type: ignore[union-attr]
+        measured = [t for t in self.trials if t.result is not None and not t.result.errors]
+        if self.max_latency_ms is not None and measured:
+            low = min(measured, key=lambda t: t.result.p99_ms)  # type: ignore[union-attr]
+            raise TuningError(
+                f"no plan meets the p99 bound of {self.max_latency_ms:g} ms at concurrency "
+                f"{self.concurrency}: the best p99 found is {low.result.p99_ms:.2f} ms "  # type: ignore[union-attr]
+                f"({low.plan.label}, {low.config.label()}); raise the bound or lower the "
+                f"concurrency")
+        errors = "; ".join(f"{t.plan.label}, {t.config.label()}: {t.error}" for t in self.trials)
+        raise TuningError(f"no serving configuration could be measured at concurrency "
+                          f"{self.concurrency}: {errors or 'no validated plan'}")
+
+    # -- the winner --------------------------------------------------------------------
+    def finish(self, win: PlanCandidate) -> Plan:
+        """Give ``win`` (the plan :meth:`choose` picked, maybe guarded since) its best
+        configuration, validate it under the same concurrency, measure it once more, and
+        return the plan to store."""
+        trial = self.best_for(win)
+        if trial is None:
+            raise TuningError(f"{win.label} has no measured serving configuration")
+        self.winner = trial
+        plan = _with_serving(win.plan, trial.config)
+        try:
+            self.final = self._validate_under_load(plan, f"{win.label} with {trial.config.label()}")
+        finally:
+            gc.collect()
+        latency_setup = next((t for t in self.trials if t.plan is win and t.config.mode == "shared"
+                              and t.config.streams == 1 and t.config.threads == 0 and t.result), None)
+        self.note = self._why(win, trial, latency_setup)
+        plan.provenance = dict(plan.provenance, throughput={
+            "concurrency": self.concurrency, "max_latency_ms": self.max_latency_ms,
+            "winner": trial.row(), "final": self.final.to_dict(), "why": self.note,
+            "trials": [t.row() for t in self.trials]})
+        return plan
+
+    def _validate_under_load(self, plan: Plan, what: str) -> LoadResult:
+        executor = build_executor(self.graph, plan, self.registry)
+        runner = executor.streams or executor
+        wrong = self._check_concurrent(runner)
+        if wrong:
+            raise TuningError(f"{what} gave wrong outputs under {self.concurrency} concurrent "
+                              f"requests: {wrong}")
+        return run_load(lambda _k: runner.run(self.feeds), self.concurrency, FINAL_WINDOW_S,
+                        warmup_s=WARMUP_S)
+
+    def _check_concurrent(self, runner: Any) -> str | None:
+        """Every output of ``VALIDATE_RUNS`` runs from each of the N threads at once against
+        the reference, or what differed."""
+        problems: list[str] = []
+        lock = threading.Lock()
+        start = threading.Barrier(self.concurrency)
+
+        def worker() -> None:
+            start.wait()
+            for _ in range(VALIDATE_RUNS):
+                try:
+                    wrong = check_outputs(runner.run(self.feeds), self.reference, [],
+                                          tol=MODEL_TOLERANCE)
+                except Exception as exc:
+                    wrong = f"{type(exc).__name__}: {exc}"
+                if wrong:
+                    with lock:
+                        problems.append(wrong)
+                    return
+
+        threads = [threading.Thread(target=worker, daemon=True) for _ in range(self.concurrency)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return problems[0] if problems else None
+
+    def _why(self, win: PlanCandidate, trial: ServingTrial, latency_setup: ServingTrial | None) -> str:
+        r = trial.result
+        assert r is not None
+        others = [t for t in self._valid() if t is not trial]
+        text = f"{win.label} with {trial.config.label()}: highest throughput measured, {r.throughput:.1f}/s"
+        if others:
+            runner = max(others, key=lambda t: t.result.throughput)  # type: ignore[union-attr]
+            text += (f"; the next, {runner.plan.label} with {runner.config.label()}, "
+                     f"{runner.result.throughput:.1f}/s")  # type: ignore[union-attr]
+        if latency_setup is not None and latency_setup is not trial:
+            text += (f"; the latency set-up of the same plan from {self.concurrency} threads: "
+                     f"{latency_setup.result.throughput:.1f}/s "  # type: ignore[union-attr]
+                     f"({r.throughput / latency_setup.result.throughput:.2f}x)")  # type: ignore[union-attr]
+        return text
+
+    # -- reporting ---------------------------------------------------------------------
+    def stats(self) -> dict[str, Any]:
+        """The stage's figures for the tuning summary (``stats["throughput"]``)."""
+        return {"concurrency": self.concurrency, "max_latency_ms": self.max_latency_ms,
+                "trials": [t.row() for t in self.trials],
+                "winner": None if self.winner is None else self.winner.row(),
+                "final": None if self.final is None else self.final.to_dict(), "why": self.note}
+
+
