@@ -78,13 +78,16 @@ def run_load(
     latencies: list[list[float]] = [[] for _ in range(concurrency)]
     errors: list[str] = []
     state = {"count": 0}
-    start_at = time.perf_counter() + warmup_s
+    start_at = time.perf_counter() + warmup_s  # threads start within ~1 ms of this
     stop_at = [start_at + duration_s]
     limit = max_requests if max_requests is not None else None
     done = threading.Event()
 
+    ready = threading.Barrier(concurrency)
+
     def worker(k: int) -> None:
         mine = latencies[k]
+        ready.wait()  # every thread sends its first request together
         while not done.is_set():
             t0 = time.perf_counter()
             try:

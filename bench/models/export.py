@@ -78,6 +78,12 @@ MODELS: dict[str, ModelSpec] = {m.name: m for m in (
             config_kwargs=_EAGER),
     replace(_GPT2, name="gpt2_eager", description=_GPT2.description + ", eager attention",
             config_kwargs=_EAGER),
+    # all-MiniLM-L6-v2's shape (sentence-transformers' small embedder) with random weights, as
+    # `bert` otherwise (SDPA attention, token_type_ids a constant, last_hidden_state only)
+    replace(_BERT, name="minilm", description="BertModel with all-MiniLM-L6-v2's shape (6 layers, hidden "
+            "384, 12 heads, intermediate 1536, vocab 30522), sequence 128",
+            config_kwargs=(("vocab_size", 30522), ("hidden_size", 384), ("num_hidden_layers", 6),
+                           ("num_attention_heads", 12), ("intermediate_size", 1536))),
     ModelSpec("vit", "ViTModel, ViTConfig() defaults (ViT-B/16: 12 layers, hidden 768), 224x224",
               ("ViTModel", "ViTConfig"), {"pixel_values": (IMAGE, "float32")}, ("last_hidden_state",)),
     ModelSpec("convnext", "ConvNextModel, ConvNextConfig() defaults (ConvNeXt-tiny), 224x224",

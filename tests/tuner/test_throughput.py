@@ -1,0 +1,213 @@
+"""Tuning for throughput (issue 30): a plan tuned at a concurrency stores its serving
+configuration under the objective ``throughput@n=N``, round-trips the store and bundles, and a
+Session from the store serves it on its streams; a p99 bound no configuration meets is an
+error naming the best p99 found; the command line tunes and measures under load.
+
+Nothing here asserts a speed: which configuration wins is the machine's answer. The checks are
+what was measured, stored and reported."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from dispatch import Session
+from dispatch.errors import PlanNotFoundError
+from dispatch.serving import ServingConfig
+from tests.builders import small_cnn
+from tuner.load import run_load
+from tuner.store import PlanStore
+from tuner.throughput import serving_candidates
+from tuner.tune import TuneOptions, TuningError, tune
+
+BUDGET_S = 12
+
+
+def _opts(**kw) -> TuneOptions:
+    base = dict(budget_s=BUDGET_S, top_k=2, validate_runs=3, per_candidate_cap_s=0.05,
+                progress=False, objective="throughput", concurrency=2)
+    base.update(kw)
+    return TuneOptions(**base)
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    p = tmp_path_factory.mktemp("throughput") / "small.onnx"
+    p.write_bytes(small_cnn().SerializeToString())
+    return str(p)
+
+
+@pytest.fixture(scope="module")
+def tuned(model, tmp_path_factory):
+    store = str(tmp_path_factory.mktemp("throughput-store") / "plans.sqlite")
+    result = tune(model, store=store, options=_opts())
+    return store, result
+
+
+def test_a_throughput_plan_records_its_serving_configuration_and_the_evidence(tuned):
+    _, result = tuned
+    assert result.key.objective == "throughput@n=2"
+    config = result.plan.serving_config()
+    assert isinstance(config, ServingConfig) and config.concurrency == 2
+    evidence = result.plan.provenance["throughput"]
+    measured = [t for t in evidence["trials"] if t["throughput"] is not None]
+    assert measured, evidence["trials"]
+    # the latency set-up (one executor called from every thread) is always among them
+    assert any(t["config"]["mode"] == "shared" and t["config"]["streams"] == 1
+               and t["config"]["threads"] == 0 for t in measured)
+    assert evidence["winner"]["config"] == config.to_dict()
+    assert evidence["final"]["concurrency"] == 2 and evidence["final"]["requests"] > 0
+    summary = result.summary()
+    assert "serving configurations at concurrency 2" in summary
+    assert "winner under load (validated at concurrency 2)" in summary
+    assert "why: " in summary
+
+
+def test_a_session_from_the_store_serves_the_throughput_plan(tuned, model):
+    store, result = tuned
+    sess = Session(model, store=store, objective="throughput@n=2", require_plan=True)
+    assert sess.plan_source == "store" and sess.plan.serving == result.plan.serving
+    config = sess.plan.serving_config()
+    assert (sess.executor.streams is not None) == config.concurrent
+    x = np.random.default_rng(1).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    alone = sess.run(None, {"x": x})[0]
+    got = []
+    threads = [threading.Thread(target=lambda: got.append(sess.run(None, {"x": x})[0]))
+               for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(got) == 4 and all(np.array_equal(g, alone) for g in got)
+
+
+def test_the_throughput_plan_is_kept_apart_from_the_latency_plan(tuned, model):
+    store, _ = tuned
+    # a bare "throughput" is the concurrency of one request per configured thread
+    from dispatch.blas import configured_threads
+
+    if configured_threads() == 2:
+        assert Session(model, store=store, objective="throughput").plan_source == "store"
+    with pytest.raises(PlanNotFoundError, match=r"objective: throughput@n=2 -> throughput@n=3"):
+        Session(model, store=store, objective="throughput@n=3", require_plan=True)
+    with pytest.raises(PlanNotFoundError):
+        Session(model, store=store, objective="latency", require_plan=True)
+
+
+def test_a_throughput_plan_round_trips_a_bundle(tuned, model, tmp_path):
+    store, result = tuned
+    with PlanStore(store) as src:
+        bundle = json.loads(json.dumps(src.export_plans([result.plan_id])))
+    other = str(tmp_path / "other.sqlite")
+    with PlanStore(other) as dst:
+        dst.import_plans(bundle)
+    sess = Session(model, store=other, objective="throughput@n=2", require_plan=True)
+    assert sess.plan.serving == result.plan.serving
+    assert sess.plan.provenance["throughput"] == result.plan.provenance["throughput"]
+
+
+def test_a_p99_bound_no_configuration_meets_names_the_best_p99_found(model, tmp_path):
+    with pytest.raises(TuningError, match=r"no plan meets the p99 bound of 0\.001 ms at "
+                                          r"concurrency 2: the best p99 found is [0-9.]+ ms \("):
+        tune(model, store=str(tmp_path / "p.sqlite"), options=_opts(max_latency_ms=0.001))
+
+
+def test_session_tune_with_a_throughput_objective(model, tmp_path):
+    sess = Session(model, store=str(tmp_path / "s.sqlite"), objective="throughput@n=2,p99=10000")
+    result = sess.tune(budget_s=BUDGET_S, top_k=2, validate_runs=3, per_candidate_cap_s=0.05)
+    assert result.key.objective == "throughput@n=2,p99=10000"
+    assert sess.plan.serving_config() is not None and sess.plan_source == "tuned"
+    assert result.plan.provenance["throughput"]["max_latency_ms"] == 10000
+
+
+def test_serving_candidates_start_with_the_latency_set_up():
+    plan = Session(small_cnn(), backends=["onnxruntime"], store=False).plan
+    one = serving_candidates(plan, 1, 2)
+    assert one == [ServingConfig("shared", 1, 0, 1, 1)]
+    four = serving_candidates(plan, 4, 2)
+    assert four[0] == ServingConfig("shared", 1, 0, 4, 4)
+    assert ServingConfig("streams", 2, 1, 2, 4) in four  # the cores split between two streams
+    assert ServingConfig("streams", 4, 1, 4, 4) in four  # more streams than cores
+    assert ServingConfig("shared", 1, 1, 4, 4) in four  # one onnxruntime session, 1 thread
+    assert len(set(four)) == len(four)
+
+
+def test_the_load_loop_counts_requests_and_errors():
+    calls = []
+    lock = threading.Lock()
+
+    def call(k: int) -> None:
+        time.sleep(0.001)
+        with lock:
+            calls.append(k)
+
+    result = run_load(call, 3, 5.0, warmup_s=0.0, max_requests=50)
+    assert result.requests == 50 and result.concurrency == 3 and result.errors == 0
+    assert result.p50_ms <= result.p90_ms <= result.p99_ms and result.throughput > 0
+    assert set(calls) == {0, 1, 2}
+
+    def fail(k: int) -> None:
+        raise ValueError(f"thread {k} refused")
+
+    bad = run_load(fail, 2, 0.2, warmup_s=0.0)
+    assert bad.errors == 2 and bad.requests == 0 and "refused" in (bad.error or "")
+    with pytest.raises(ValueError, match="concurrency must be at least 1"):
+        run_load(call, 0, 1.0)
+
+
+# -- the command line -----------------------------------------------------------------------
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tuner.cli", *args], capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_cli_tunes_for_throughput_and_runs_under_load(model, tmp_path):
+    store = str(tmp_path / "cli.sqlite")
+    res = cli("tune", model, "--store", store, "--budget", str(BUDGET_S), "--objective",
+              "throughput", "--concurrency", "2", "--no-progress")
+    assert res.returncode == 0, res.stderr
+    assert "objective throughput@n=2" in res.stdout
+    assert "serving configurations at concurrency 2" in res.stdout
+    res = cli("run", model, "--store", store, "--concurrency", "2", "--duration", "0.5",
+              "--require-plan", "--json", "-")
+    assert res.returncode == 0, res.stderr
+    figures = json.loads(res.stdout)
+    assert figures["concurrency"] == 2 and figures["requests"] > 0 and figures["errors"] == 0
+    assert "objective throughput@n=2" in figures["what"]
+    # no plan at another concurrency: the latency plan runs, and says so
+    res = cli("run", model, "--store", store, "--concurrency", "3", "--duration", "0.3")
+    assert res.returncode == 0, res.stderr
+    assert "no plan stored for objective throughput@n=3" in res.stdout
+    assert "inferences/s at concurrency 3" in res.stdout
+
+
+def test_cli_measures_a_plain_library_under_load(model):
+    pytest.importorskip("onnxruntime")
+    res = cli("run", model, "--library", "onnxruntime-per-request", "--concurrency", "2",
+              "--duration", "0.3")
+    assert res.returncode == 0, res.stderr
+    assert "plain onnxruntime-per-request" in res.stdout
+    assert "inferences/s at concurrency 2" in res.stdout
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["tune", "{model}", "--concurrency", "4"],
+     "--concurrency and --max-latency-ms go with --objective throughput"),
+    (["run", "{model}", "--library", "onnxruntime"], "give --concurrency N too"),
+    (["run", "{model}", "--library", "tensorflow", "--concurrency", "2"],
+     "unknown --library 'tensorflow'; known set-ups: onnxruntime"),
+    (["run", "{model}", "--concurrency", "2", "--runs", "3"], "--runs and --output go with single runs"),
+    (["run", "{model}", "--objective", "throughput@n=0"], "objective 'throughput@n=0': expected"),
+])
+def test_cli_load_user_errors_are_one_line(model, args, message):
+    res = cli(*[a.format(model=model) for a in args])
+    assert res.returncode == 2, (res.stdout, res.stderr)
+    assert message in res.stderr and "Traceback" not in res.stderr
