@@ -38,6 +38,7 @@ from dispatch.plan import Plan
 from dispatch.plan_policy import canonical_objective, plan_backends
 from dispatch.plan_source import PlanSource, default_plan_source
 from dispatch.registry import Registry
+from dispatch.session_batch import BatchMixin
 from dispatch.session_fallback import MAX_FAULTS as MAX_FAULTS  # re-exported
 from dispatch.session_fallback import FallbackMixin
 from dispatch.session_fallback import Fault as Fault  # re-exported
@@ -92,7 +93,7 @@ def _type_string(dtype: np.dtype) -> str:
     return f"tensor({helper.tensor_dtype_to_string(elem).split('.')[-1].lower()})"
 
 
-class Session(TuningMixin, FallbackMixin):
+class Session(TuningMixin, FallbackMixin, BatchMixin):
     """Load an ONNX model, plan it over the available backends, and run it.
 
     Args:

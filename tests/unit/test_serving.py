@@ -257,3 +257,53 @@ def test_waiting_requests_are_served_first_come_first_served():
     for t in threads:
         t.join()
     assert log == [0, 1, 2, 3]
+
+
+# -- several requests in one call -----------------------------------------------------------
+
+
+def _batch_model(batch="batch"):
+    import onnx
+    from onnx import TensorProto, helper
+
+    w = np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["m"]), helper.make_node("Relu", ["m"], ["y"])],
+        "batched", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 3])],
+        [onnx.numpy_helper.from_array(w, "W")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_run_batch_concatenates_requests_along_a_symbolic_batch_and_splits_them_back():
+    sess = Session(_batch_model(), store=False)
+    xs = [np.random.default_rng(k).standard_normal((n, 4)).astype(np.float32)
+          for k, n in enumerate([1, 1, 2])]
+    got = sess.run_batch([{"x": x} for x in xs])
+    for x, out in zip(xs, got):
+        assert isinstance(out, list) and np.allclose(out[0], sess.run(None, {"x": x})[0])
+        assert out[0].shape == (x.shape[0], 3)
+    # one run at the batch of all four rows: its shape was planned
+    assert (("x", (4, 4)),) in sess.planned_shapes()
+
+
+def test_a_bad_request_fails_alone_in_its_batch():
+    sess = Session(_batch_model(), store=False)
+    good = np.ones((1, 4), np.float32)
+    got = sess.run_batch([{"x": good}, {"x": np.ones((1, 5), np.float32)},
+                          {"x": good.astype(np.float64)}, "not a dict", {"x": good}])
+    assert isinstance(got[0], list) and isinstance(got[4], list)
+    assert np.array_equal(got[0][0], got[4][0])
+    assert "dimension 1 is 5, but the model fixes it to 4" in str(got[1])
+    assert "float64" in str(got[2]) and "float32" in str(got[2])
+    assert "a feed dict is expected, received str" in str(got[3])
+    with pytest.raises(ArgumentError, match="sequence of feed dicts, received dict"):
+        sess.run_batch({"x": good})
+
+
+def test_a_fixed_batch_model_is_never_re_batched():
+    sess = Session(_batch_model(batch=1), store=False)
+    x = np.ones((1, 4), np.float32)
+    got = sess.run_batch([{"x": x}, {"x": 2 * x}])
+    assert [g[0].shape for g in got] == [(1, 3), (1, 3)]
+    assert np.allclose(got[1][0], 2 * got[0][0])

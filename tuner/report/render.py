@@ -32,6 +32,15 @@ def summary_rows(s: Mapping[str, Any]) -> list[tuple[str, str]]:
         "or Inf)" if objective.endswith("+nonstrict-nan") else "")))
     if s.get("nonfinite_guard"):
         rows.append(("NaN/Inf guard", f"guarded: NaN/Inf inputs run {s['nonfinite_guard']}"))
+    if s.get("serving"):
+        rows.append(("serving", str(s["serving"])))
+    final = (s.get("throughput") or {}).get("final")
+    if final:
+        rows.append(("under load", f"{final['throughput']:.1f} inferences/s with "
+                                   f"{final['concurrency']} in flight, p50 {fmt_ms(final['p50_ms'])} ms, "
+                                   f"p90 {fmt_ms(final['p90_ms'])} ms, p99 {fmt_ms(final['p99_ms'])} ms "
+                                   f"(validated under load by the tuner); "
+                                   f"{s['throughput'].get('why') or ''}".rstrip("; ")))
     lat = s.get("latency_ms")
     rows.append(("total latency", f"{fmt_ms(lat)} ms (spread {fmt_ms(s.get('latency_spread_ms'))}),"
                                   f" {s.get('latency_basis')}" if lat is not None
@@ -280,6 +289,10 @@ def render_text(rep: ReportData, *, rejected: bool = False, wide: bool = False,
         parts.append(aligned(validated_rows(rep), max_width=60, width=fit))
         if why_won_text(rep):
             parts += ["", *(textwrap.wrap(why_won_text(rep), fit) if fit else [why_won_text(rep)])]
+    if (rep.summary.get("throughput") or {}).get("trials"):
+        from tuner.throughput_table import throughput_lines
+
+        parts += ["", *throughput_lines(rep.summary["throughput"])[:-2]]
     if rejected and len(rep.rejections):
         parts += ["", "Rejected candidates (listed at the first node each covers):", ""]
         if fit is None:

@@ -79,8 +79,22 @@ def summarise(src: Sources, table: pd.DataFrame, times: list[dict[str, Any]],
         "store": str(src.store.path) if src.store is not None else None,
         # the non-finite guard (dispatch.guard): what runs requests holding NaN or Inf
         "nonfinite_guard": plan.guard_label(),
+        # a throughput plan: how it serves concurrent requests, and what it did under load
+        "serving": _serving(plan),
+        "throughput": prov.get("throughput"),
     }
     return s
+
+
+def _serving(plan: Any) -> str | None:
+    """The plan's serving configuration in words, else ``None``."""
+    try:
+        config = plan.serving_config()
+    except OpDispatchError as exc:
+        return f"not readable: {exc}"
+    if config is None:
+        return None
+    return f"{config.label()}, tuned for {config.concurrency} request(s) in flight"
 
 
 def _tuning(src: Sources) -> dict[str, Any] | None:
