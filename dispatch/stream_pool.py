@@ -103,8 +103,9 @@ def build_executor(graph: Graph, plan: Plan, registry: Registry) -> Executor:
     with serving.building(config):
         for _ in range(count):
             ex = Executor(graph, plan, registry)
-            if config.threads and config.mode == "streams":
-                # the OpenMP threads of native and oneDNN steps, per stream
+            if config.threads:
+                # the OpenMP threads of native and oneDNN steps, per stream (per request when
+                # the requests share one executor)
                 ex.threads = replace(ex.threads, openmp=config.threads)
             executors.append(ex)
     first = executors[0]

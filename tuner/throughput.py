@@ -155,6 +155,8 @@ class ThroughputStage:
         self.final: LoadResult | None = None
         self.winner: ServingTrial | None = None
         self.note = ""
+        self._builds: list[float] = []
+        self._build_s = 0.3
 
     # -- measuring ---------------------------------------------------------------------
     def measure(self, plans: Sequence[PlanCandidate]) -> None:
@@ -162,11 +164,11 @@ class ThroughputStage:
         for pc in _contenders(plans, MAX_PLANS):
             for config in serving_candidates(pc.plan, self.concurrency, self.cores):
                 self.trials.append(ServingTrial(pc, config))
-        reserve = FINAL_WINDOW_S + WARMUP_S + 1.0
         for k, trial in enumerate(self.trials):
+            reserve = FINAL_WINDOW_S + WARMUP_S + 0.5 + self._build_s  # the winner's validation
             left = self.deadline - reserve - time.monotonic()
-            # the trials left and the confirmation round share what is left; 0.3 s: a build
-            per = left / (len(self.trials) - k + CONFIRM) - WARMUP_S - 0.3
+            # the trials left and the confirmation round share what is left, less their builds
+            per = left / (len(self.trials) - k + CONFIRM) - WARMUP_S - self._build_s
             if per < MIN_WINDOW_S and k > 0:
                 trial.error = BUDGET_SKIP
                 continue
@@ -184,7 +186,7 @@ class ThroughputStage:
             elif self.max_latency_ms is not None and trial.result.p99_ms > self.max_latency_ms:
                 trial.error = (f"p99 {trial.result.p99_ms:.2f} ms over the bound of "
                                f"{self.max_latency_ms:g} ms")
-        self._confirm(reserve)
+        self._confirm(FINAL_WINDOW_S + WARMUP_S + 0.5 + self._build_s)
 
     def _confirm(self, reserve: float) -> None:
         """Measure the best few configurations once more, in the opposite order, and keep
@@ -197,7 +199,7 @@ class ThroughputStage:
             first = trial.result
             assert first is not None
             left = self.deadline - reserve - time.monotonic()
-            window = min(first.seconds, left / (len(top) - k) - WARMUP_S - 0.3)
+            window = min(first.seconds, left / (len(top) - k) - WARMUP_S - self._build_s)
             if window < MIN_WINDOW_S:
                 return
             try:
@@ -215,10 +217,13 @@ class ThroughputStage:
             trial.result = _mean(first, again)
 
     def _load(self, plan: Plan, config: ServingConfig, window: float) -> LoadResult:
+        t0 = time.monotonic()
         executor = build_executor(self.graph, _with_serving(plan, config), self.registry)
         runner = executor.streams or executor
         feeds = self.feeds
         runner.run(feeds)  # built and run once before the clock (first-run allocations)
+        self._builds.append(time.monotonic() - t0)
+        self._build_s = max(self._builds[-3:])  # what the next builds may take
         return run_load(lambda _k: runner.run(feeds), self.concurrency, window, warmup_s=WARMUP_S)
 
     def _valid(self) -> list[ServingTrial]:
