@@ -141,8 +141,8 @@ def _openvino_throughput(model_path: str, feeds: dict[str, np.ndarray], duration
     """OpenVINO's throughput set-up: an AsyncInferQueue of the compiled model's optimal number
     of jobs, a new request started as soon as a job is idle, for ``warmup_s`` (not counted)
     then ``duration_s`` seconds or ``max_requests`` completed requests. A request counts when
-    it starts and ends inside the window; its latency runs from ``start_async`` to its
-    callback."""
+    it completes inside the window, as in :func:`tuner.load.run_load`; its latency runs from
+    ``start_async`` to its callback."""
     ov = _library("openvino")
     compiled = ov.Core().compile_model(model_path, "CPU", {"PERFORMANCE_HINT": "THROUGHPUT",
                                                            **FLOAT32})
@@ -157,7 +157,7 @@ def _openvino_throughput(model_path: str, feeds: dict[str, np.ndarray], duration
 
     def finished(request: Any, started: float) -> None:
         ended = time.perf_counter()
-        if started < start_at or ended > stop_at[0]:
+        if ended < start_at or ended > stop_at[0]:
             if ended > stop_at[0]:
                 done.set()
             return

@@ -195,6 +195,10 @@ def test_openvino_regions_compile_with_the_throughput_hint_in_shared_mode():
     with building(ServingConfig(**CONFIGS["2 streams x 1 thread"])):
         config = compile_config()
     assert config["PERFORMANCE_HINT"] == "LATENCY" and config["INFERENCE_NUM_THREADS"] == 1
+    # streams sharing the cores are not pinned: each compiled model would pin its thread to
+    # the first core, every stream onto the same one (half the throughput, measured)
+    assert config["ENABLE_CPU_PINNING"] is False
+    assert "ENABLE_CPU_PINNING" not in compile_config()  # a latency plan: OpenVINO's default
     assert build_settings() is None  # nothing left in force after the block
 
 
