@@ -131,9 +131,9 @@ def _child(name: str, setup: str, concurrency: int) -> dict[str, Any]:
     """One timed set-up in a fresh process; a failure is returned as ``{"failed": why}``."""
     cmd = [sys.executable, CHILD, _path(name), setup, str(concurrency), str(DURATION_S), _stores[name]]
     try:
-        out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=DURATION_S + 600)
+        out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=DURATION_S + 300)
     except subprocess.TimeoutExpired:
-        return {"failed": f"{setup}: no result in {DURATION_S + 600:.0f} s"}
+        return {"failed": f"{setup}: hung, no result in {DURATION_S + 300:.0f} s"}
     lines = out.stdout.strip().splitlines()
     if out.returncode != 0 or not lines:
         return {"failed": f"{setup} exited {out.returncode}: {(out.stderr or out.stdout).strip()[-800:]}"}

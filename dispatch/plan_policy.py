@@ -142,6 +142,26 @@ def objective_string(objective: str, memory_cap_bytes: int | None = None,
     return objective + (NONSTRICT_NAN_SUFFIX if nonstrict_nan else "")
 
 
+def tune_flags(objective: str) -> str:
+    """The ``opdispatch tune`` flags that tune for ``objective`` (as in plan keys), with a
+    leading space, or ``""`` for the default (latency): ``throughput@n=4,p99=50`` ->
+    ``" --objective throughput --concurrency 4 --max-latency-ms 50"``."""
+    name, cap = parse_objective(objective)
+    flags = ""
+    if name != "latency":
+        flags += f" --objective {name}"
+    target = throughput_target(objective)
+    if target is not None:
+        flags += f" --concurrency {target[0]}"
+        if target[1] is not None:
+            flags += f" --max-latency-ms {target[1]:g}"
+    if cap is not None:
+        flags += f" --memory-cap {cap}"
+    if nonstrict_nan(objective):
+        flags += " --allow-nonstrict-nan"
+    return flags
+
+
 def nonstrict_nan(objective: str) -> bool:
     """Whether ``objective`` (as in plan keys) lets NaN/Inf differ from the reference."""
     return isinstance(objective, str) and objective.endswith(NONSTRICT_NAN_SUFFIX)

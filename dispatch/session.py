@@ -35,7 +35,7 @@ from dispatch.graph import Graph
 from dispatch.heuristic import heuristic_plan
 from dispatch.input_shapes import DeclaredInput, ShapeSet, format_shapes
 from dispatch.plan import Plan
-from dispatch.plan_policy import canonical_objective, plan_backends
+from dispatch.plan_policy import canonical_objective, plan_backends, tune_flags
 from dispatch.plan_source import PlanSource, default_plan_source
 from dispatch.registry import Registry
 from dispatch.session_batch import BatchMixin
@@ -480,7 +480,8 @@ class Session(TuningMixin, FallbackMixin, BatchMixin):
         return PlanNotFoundError(
             f"no usable tuned plan for model {self.graph.name!r}{shapes} (objective "
             f"{self.objective}) in the plan store {self.store_path}: {'; '.join(reasons)}; "
-            f"tune it on this machine first (opdispatch tune MODEL{here} --store PATH, or "
+            f"tune it on this machine first (opdispatch tune MODEL{here}"
+            f"{tune_flags(self.objective)} --store PATH, or "
             f"Session(..., tune='first-run'))",
             store_path=self.store_path, reasons=reasons,
         )

@@ -118,6 +118,10 @@ def _thread_call(model_path: str, setup: str, concurrency: int,
     compiled = ov.Core().compile_model(model_path, "CPU", {"PERFORMANCE_HINT": "LATENCY",
                                                            **FLOAT32})
     requests = [compiled.create_infer_request() for _ in range(concurrency)]
+    for request in requests:
+        # each request's first run alone: first runs of several requests at once from
+        # Python threads deadlocked OpenVINO 2026.4's binding in 11 of 25 processes here
+        request.infer(feeds)
     return lambda k: requests[k].infer(feeds)
 
 

@@ -230,6 +230,10 @@ def compiled_model(region: FusedNode) -> Any:
     return compile_region(core(), region, compile_config(), str(SETTINGS["compiled_cache"]))
 
 
+#: held while an infer request is created and first run, by any region (see build_region)
+_FIRST_RUNS = threading.Lock()
+
+
 @impls.register_region("compiled", propose=propose, priority=Priority.DEFAULT, supports=_supports)
 def build_region(region: FusedNode):
     """A region as one model compiled by OpenVINO's CPU plugin, run with an infer request per
@@ -259,11 +263,17 @@ def build_region(region: FusedNode):
     def run(*arrays: np.ndarray) -> tuple[np.ndarray, ...]:
         # the first run is measured, its infer request's buffers included
         first = MemoryProbe().start() if pending and first_run(pending) else None
+        feeds = [np.require(a, requirements="C") for a in arrays]  # keeps 0-d arrays 0-d
         request = getattr(local, "request", None)
         if request is None:
-            request = local.request = compiled.create_infer_request()
-        feeds = [np.require(a, requirements="C") for a in arrays]  # keeps 0-d arrays 0-d
-        results = request.infer(feeds, share_inputs=True, share_outputs=False)
+            # a thread's request is created and first run alone: the first runs of several
+            # requests at once from Python threads deadlocked OpenVINO 2026.4's binding (11
+            # processes in 25 of 4 threads starting together; none in 40 with first runs alone)
+            with _FIRST_RUNS:
+                request = local.request = compiled.create_infer_request()
+                results = request.infer(feeds, share_inputs=True, share_outputs=False)
+        else:
+            results = request.infer(feeds, share_inputs=True, share_outputs=False)
         if first is not None:
             grown = max(0, (first.stop() or 0) - out_bytes)
             run.library_bytes = created + grown  # type: ignore[attr-defined]

@@ -12,13 +12,14 @@ import numpy as np
 import pytest
 
 from dispatch import Session
-from dispatch.errors import ArgumentError, PlanError
+from dispatch.errors import ArgumentError, PlanError, PlanNotFoundError
 from dispatch.plan import Plan
 from dispatch.plan_policy import (
     canonical_objective,
     objective_string,
     parse_objective,
     throughput_target,
+    tune_flags,
 )
 from dispatch.serving import ServingConfig, build_settings, building
 from dispatch.stream_pool import StreamPool
@@ -61,6 +62,23 @@ def test_concurrency_goes_with_the_throughput_objective_only():
         objective_string("latency", concurrency=4)
     with pytest.raises(ArgumentError, match="needs its concurrency"):
         objective_string("throughput")
+
+
+@pytest.mark.parametrize(("objective", "flags"), [
+    ("latency", ""),
+    ("memory", " --objective memory"),
+    ("latency@cap=1000", " --memory-cap 1000"),
+    ("throughput@n=4,p99=50", " --objective throughput --concurrency 4 --max-latency-ms 50"),
+    ("latency+nonstrict-nan", " --allow-nonstrict-nan"),
+])
+def test_tune_flags_spell_the_objective_for_the_cli(objective, flags):
+    assert tune_flags(objective) == flags
+
+
+def test_a_missing_throughput_plan_says_how_to_tune_one(tmp_path):
+    with pytest.raises(PlanNotFoundError, match="--objective throughput --concurrency 2 --store"):
+        Session(small_cnn(), store=str(tmp_path / "plans.sqlite"), objective="throughput@n=2",
+                require_plan=True)
 
 
 # -- the configuration's JSON form ------------------------------------------------------------
