@@ -52,6 +52,8 @@ FINAL_WINDOW_S = 2.0
 VALIDATE_RUNS = 3
 #: how many of the best configurations are measured a second time
 CONFIRM = 3
+#: a stream per request in flight is a candidate up to this many streams per core
+MAX_STREAMS_PER_CORE = 8
 #: what a configuration the budget left no time for says in place of a figure
 BUDGET_SKIP = "not measured: tuning budget spent"
 
@@ -89,6 +91,8 @@ def serving_candidates(plan: Plan, concurrency: int, cores: int) -> list[Serving
     if n > cores:  # more streams than cores: one request's Python time hides behind another's
         s = min(n, 2 * cores)
         out.append(ServingConfig("streams", s, 1, s, n))
+        if n <= MAX_STREAMS_PER_CORE * cores:  # a stream per request: onnxruntime's "N x 1"
+            out.append(ServingConfig("streams", n, 1, n, n))
     if "onnxruntime" in backends:  # one session, each request on its caller's thread
         out.append(ServingConfig("shared", 1, 1, n, n))
     if "openvino" in backends and cores >= 2:  # OpenVINO's own streams, throughput hint

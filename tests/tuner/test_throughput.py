@@ -136,6 +136,9 @@ def test_serving_candidates_start_with_the_latency_set_up():
     assert ServingConfig("streams", 4, 1, 4, 4) in four  # more streams than cores
     assert ServingConfig("shared", 1, 1, 4, 4) in four  # one onnxruntime session, 1 thread
     assert len(set(four)) == len(four)
+    eight = serving_candidates(plan, 8, 2)  # a stream per request as well as 2 per core
+    assert {ServingConfig("streams", 4, 1, 4, 8), ServingConfig("streams", 8, 1, 8, 8)} <= set(eight)
+    assert ServingConfig("streams", 64, 1, 64, 64) not in serving_candidates(plan, 64, 2)
 
 
 def test_the_load_loop_counts_requests_and_errors():
