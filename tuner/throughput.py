@@ -175,7 +175,6 @@ class ThroughputStage:
         self.winner: ServingTrial | None = None
         self.note = ""
         self._builds: list[float] = []
-        self._build_s = 0.3
 
     # -- measuring ---------------------------------------------------------------------
     def measure(self, plans: Sequence[PlanCandidate]) -> None:
@@ -189,8 +188,7 @@ class ThroughputStage:
         order = sorted(self.trials, key=lambda t: -1 if t is baseline
                        else _priority(t.config, self.cores))
         for k, trial in enumerate(order):
-            reserve = FINAL_WINDOW_S + WARMUP_S + 0.5 + self._build_s  # the winner's validation
-            left = self.deadline - reserve - time.monotonic()
+            left = self.deadline - self._reserve() - time.monotonic()
             # the trials left and the confirmation round share what is left, less their builds
             per = left / (len(self.trials) - k + CONFIRM) - WARMUP_S - self._build_s
             if per < MIN_WINDOW_S and k > 0:
@@ -210,9 +208,20 @@ class ThroughputStage:
             elif self.max_latency_ms is not None and trial.result.p99_ms > self.max_latency_ms:
                 trial.error = (f"p99 {trial.result.p99_ms:.2f} ms over the bound of "
                                f"{self.max_latency_ms:g} ms")
-        self._confirm(FINAL_WINDOW_S + WARMUP_S + 0.5 + self._build_s)
+        self._confirm()
 
-    def _confirm(self, reserve: float) -> None:
+    @property
+    def _build_s(self) -> float:
+        """What the next build may take: the median of those so far (0.3 s before any), so
+        that one slow build (OpenVINO compiling a model per stream) does not crowd out the
+        cheaper trials after it."""
+        return float(np.median(self._builds)) if self._builds else 0.3
+
+    def _reserve(self) -> float:
+        """The time kept for the winner's validation and final measurement."""
+        return FINAL_WINDOW_S + WARMUP_S + 0.5 + self._build_s
+
+    def _confirm(self) -> None:
         """Measure the best few configurations once more, in the opposite order, and keep
         the mean of both windows: one short window on a machine with neighbours can crown a
         configuration by chance."""
@@ -222,7 +231,7 @@ class ThroughputStage:
         for k, trial in enumerate(reversed(top)):
             first = trial.result
             assert first is not None
-            left = self.deadline - reserve - time.monotonic()
+            left = self.deadline - self._reserve() - time.monotonic()
             window = min(first.seconds, left / (len(top) - k) - WARMUP_S - self._build_s)
             if window < MIN_WINDOW_S:
                 return
@@ -247,9 +256,6 @@ class ThroughputStage:
         feeds = self.feeds
         runner.run(feeds)  # built and run once before the clock (first-run allocations)
         self._builds.append(time.monotonic() - t0)
-        # what the next builds may take: the median, so that one slow build (OpenVINO
-        # compiling a model per stream) does not crowd out the cheaper trials after it
-        self._build_s = float(np.median(self._builds))
         return run_load(lambda _k: runner.run(feeds), self.concurrency, window, warmup_s=WARMUP_S)
 
     def _valid(self) -> list[ServingTrial]:

@@ -10,6 +10,7 @@ shared in place and outputs copied out of OpenVINO's buffers into arrays the cal
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from typing import Any
 
@@ -194,8 +195,9 @@ def compile_config() -> dict[str, Any]:
     numpy in that thread flushes denormals from then on (measured).
 
     Built for a throughput plan's serving configuration (:mod:`dispatch.serving`): a stream's
-    thread count, unpinned when several streams share the cores, or, in the configuration's ``library`` mode, the throughput hint with its
-    number of OpenVINO streams sharing the threads."""
+    thread count, unpinned when several streams share the cores, or, in the configuration's
+    ``shared`` mode, the throughput hint with its number of OpenVINO streams sharing the
+    threads."""
     build = serving.build_settings()
     threads = (build and build.threads) or SETTINGS["threads"] or usable_cores()
     if build is not None and build.library_streams:
@@ -265,14 +267,12 @@ def build_region(region: FusedNode):
         first = MemoryProbe().start() if pending and first_run(pending) else None
         feeds = [np.require(a, requirements="C") for a in arrays]  # keeps 0-d arrays 0-d
         request = getattr(local, "request", None)
-        if request is None:
-            # a thread's request is created and first run alone: the first runs of several
-            # requests at once from Python threads deadlocked OpenVINO 2026.4's binding (11
-            # processes in 25 of 4 threads starting together; none in 40 with first runs alone)
-            with _FIRST_RUNS:
+        # a thread's request is created and first run alone: the first runs of several
+        # requests at once from Python threads deadlocked OpenVINO 2026.4's binding (11
+        # processes in 25 of 4 threads starting together; none in 40 with first runs alone)
+        with _FIRST_RUNS if request is None else contextlib.nullcontext():
+            if request is None:
                 request = local.request = compiled.create_infer_request()
-                results = request.infer(feeds, share_inputs=True, share_outputs=False)
-        else:
             results = request.infer(feeds, share_inputs=True, share_outputs=False)
         if first is not None:
             grown = max(0, (first.stop() or 0) - out_bytes)
