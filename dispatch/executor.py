@@ -41,8 +41,9 @@ class Call:
     outs: tuple[int, ...]
     impl: str
     backend: str
-    #: expected physical (shape, dtype) per output, checked after each call
-    expect: tuple[tuple[tuple[int, ...], np.dtype], ...] = ()
+    #: expected physical (shape, dtype) per output, checked after each call (shape ``None``:
+    #: a dynamic value, whose shape the data decides)
+    expect: tuple[tuple[tuple[int, ...] | None, np.dtype], ...] = ()
     #: slots to release after this call (their last reader)
     free: tuple[int, ...] = ()
     #: the plan step and node a kernel call runs (``None`` for conversions)
@@ -209,8 +210,12 @@ class Executor:
             outs: list[int] = []
             expect = []
             for v, lay in zip(node.outputs, step.layouts_out):
+                assert v.dtype is not None
+                if v.shape is None:  # dynamic: sized when it runs, only its dtype checked
+                    outs.append(self._slot(v.name, lay, 0))
+                    expect.append((None, np.dtype(v.dtype)))
+                    continue
                 layout = registry.layouts.layout(lay)
-                assert v.shape is not None and v.dtype is not None
                 phys = layout.stored_shape(v.shape)
                 nbytes = int(np.prod(phys, dtype=np.int64)) * v.dtype.itemsize
                 outs.append(self._slot(v.name, lay, nbytes))
@@ -485,10 +490,11 @@ class Executor:
         for s, arr, (shape, dtype) in zip(call.outs, out, call.expect):
             if not isinstance(arr, np.ndarray):
                 arr = np.asarray(arr, dtype=dtype)
-            if arr.shape != shape or arr.dtype != dtype:
+            if (shape is not None and arr.shape != shape) or arr.dtype != dtype:
                 raise KernelError(
                     f"node {call.label!r}: {call.impl} (backend {call.backend}) produced an array "
-                    f"of shape {arr.shape} and dtype {arr.dtype}; expected shape {shape} and dtype {dtype}"
+                    f"of shape {arr.shape} and dtype {arr.dtype}; expected shape "
+                    f"{shape if shape is not None else '(known at run time)'} and dtype {dtype}"
                 )
             slots[s] = arr
         for s in call.free:

@@ -1,7 +1,9 @@
 """The in-memory graph: :class:`Value`, :class:`Node` and :class:`Graph`.
 
-After import every value has a static shape and dtype; constants (initializers and folded
-values) carry their data in :attr:`Value.const`. Nodes are kept in topological order.
+After import every value has a dtype and, unless only the data decides it (a *dynamic*
+value, downstream of NonZero or a control-flow node: :mod:`dispatch.subgraph`), a static
+shape; constants (initializers and folded values) carry their data in :attr:`Value.const`.
+Nodes are kept in topological order.
 """
 
 from __future__ import annotations
@@ -35,6 +37,11 @@ class Value:
     @property
     def is_const(self) -> bool:
         return self.const is not None
+
+    @property
+    def dynamic(self) -> bool:
+        """Whether the shape is known only when the model runs (a dynamic value)."""
+        return self.shape is None
 
     @property
     def rank(self) -> int:
@@ -71,6 +78,9 @@ class Node:
     attrs: dict[str, Any] = field(default_factory=dict)
     domain: str = ""
     opset: int = 21
+    #: a control-flow node's outer-scope reads (:mod:`dispatch.subgraph`): the names its
+    #: bodies use for them; the node's last ``len(captures)`` inputs are those values
+    captures: tuple[str, ...] = ()
 
     def attr(self, name: str, default: Any = None) -> Any:
         """Return attribute ``name`` or ``default`` when the node does not set it."""
@@ -79,6 +89,11 @@ class Node:
     def input(self, i: int) -> Value | None:
         """Return input ``i`` or ``None`` when it is absent or omitted."""
         return self.inputs[i] if i < len(self.inputs) else None
+
+    @property
+    def explicit_inputs(self) -> list[Value | None]:
+        """The inputs ONNX lists for the node (without a control-flow node's captures)."""
+        return self.inputs[: len(self.inputs) - len(self.captures)]
 
     def const_input(self, i: int) -> np.ndarray | None:
         """Return the constant data of input ``i``, or ``None`` when it is not constant."""
@@ -117,6 +132,10 @@ class Graph:
     #: the structure's identity with input shapes left open
     #: (:func:`dispatch.input_shapes.family_digest`; empty until the graph is loaded)
     family: str = ""
+    #: producers' habits the import rewrote, one line each (e.g. Paddle2ONNX's ``-1`` dims)
+    quirks: list[str] = field(default_factory=list)
+    #: the dynamic values (shape known only at run time), each with why
+    dynamic: dict[str, str] = field(default_factory=dict)
 
     def value(self, name: str) -> Value:
         try:

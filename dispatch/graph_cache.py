@@ -43,7 +43,7 @@ from dispatch.heuristic import check_supported_ops
 from dispatch.registry import Registry
 
 #: bumped whenever what is pickled changes shape
-CACHE_FORMAT = 5
+CACHE_FORMAT = 6
 #: the first bytes of an entry file (see :func:`write_entry`)
 MAGIC = b"opdispatch graph cache\n"
 _HEAD = struct.Struct("<QQ")

@@ -11,8 +11,11 @@ from onnx import AttributeProto, helper, numpy_helper
 from dispatch.errors import ModelLoadError
 
 
-def attrs_from_proto(node: onnx.NodeProto) -> dict[str, Any]:
-    """Attributes of ``node`` as Python values: int, float, str, list, or numpy array."""
+def attrs_from_proto(node: onnx.NodeProto, opsets: dict[str, int] | None = None) -> dict[str, Any]:
+    """Attributes of ``node`` as Python values: int, float, str, list, numpy array, or a
+    :class:`dispatch.subgraph.Subgraph` for a control-flow body (``opsets``: the model's)."""
+    from dispatch.subgraph import Subgraph
+
     out: dict[str, Any] = {}
     for a in node.attribute:
         if a.ref_attr_name:
@@ -26,10 +29,12 @@ def attrs_from_proto(node: onnx.NodeProto) -> dict[str, Any]:
             out[a.name] = a.s.decode("utf-8", errors="replace")
         elif a.type == AttributeProto.STRINGS:
             out[a.name] = [s.decode("utf-8", errors="replace") for s in a.strings]
-        elif a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS):
+        elif a.type == AttributeProto.GRAPH:
+            out[a.name] = Subgraph.of(a.g, opsets)
+        elif a.type == AttributeProto.GRAPHS:
             raise ModelLoadError(
-                f"node {node.name or node.op_type!r} ({node.op_type}): attribute {a.name!r} holds a "
-                f"subgraph; control-flow operators are not supported"
+                f"node {node.name or node.op_type!r} ({node.op_type}): attribute {a.name!r} holds "
+                f"a list of subgraphs; only single-graph attributes (If, Loop, Scan) are supported"
             )
         elif a.type == AttributeProto.SPARSE_TENSOR:
             raise ModelLoadError(

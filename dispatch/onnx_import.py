@@ -39,6 +39,7 @@ from dispatch.graph import (
 )
 from dispatch.input_shapes import bind, declared_inputs
 from dispatch.onnx_attrs import attrs_from_proto, np_dtype
+from dispatch.subgraph import node_captures, subgraphs_of
 from dispatch.op_schema import (
     CustomShapeError,
     ShapeFn,
@@ -403,13 +404,42 @@ def import_model(
     if proto.functions:
         names = ", ".join(f.name for f in proto.functions)
         raise ModelLoadError(f"model-local functions are not supported (the model defines: {names})")
+    quirks = open_negative_dims(proto)
     declared = declared_inputs(proto)
     _fix_inputs(proto, input_shapes)
     light, weights = _split_weights(proto)
     inferred = _infer(light)
     graph = _to_graph(inferred, weights)
     graph.declared = declared
+    graph.quirks = quirks
     return graph
+
+
+def open_negative_dims(proto: onnx.ModelProto) -> list[str]:
+    """Rewrite, in place, negative dimensions of the graph's declared inputs, outputs and
+    value_info as unknown ones, and say which were rewritten.
+
+    Paddle2ONNX writes a dynamic dimension as ``-1`` (``x: [-1, 3, -1, -1]``), which
+    onnxruntime and OpenVINO read as "any size"; ONNX itself has ``dim_param`` or an unset
+    dimension for that. The rewritten dimension takes its size from ``input_shapes`` like
+    any symbolic one."""
+    found = []
+    g = proto.graph
+    for kind, items in (("input", g.input), ("output", g.output), ("value_info", g.value_info)):
+        for vi in items:
+            if not vi.type.HasField("tensor_type") or not vi.type.tensor_type.HasField("shape"):
+                continue
+            dims = vi.type.tensor_type.shape.dim
+            if any(d.HasField("dim_value") and d.dim_value < 0 for d in dims):
+                before = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?")
+                          for d in dims]
+                for d in dims:
+                    if d.HasField("dim_value") and d.dim_value < 0:
+                        d.ClearField("dim_value")
+                found.append(f"{kind} {vi.name!r} declared {before}: negative dimensions read "
+                             f"as dynamic (as Paddle2ONNX writes them; producer "
+                             f"{proto.producer_name or 'unnamed'} {proto.producer_version})")
+    return found
 
 
 #: initializers of more elements than this are kept out of onnx's checker and shape inference
@@ -549,7 +579,7 @@ def _to_graph(proto: onnx.ModelProto, weights: Sequence[onnx.TensorProto] = ()) 
             outs.append(v)
         domain = np_.domain if np_.domain != "ai.onnx" else ""
         try:
-            attrs = attrs_from_proto(np_)
+            attrs = attrs_from_proto(np_, opsets)
         except OpDispatchError:
             raise
         except Exception as exc:  # a malformed tensor attribute
@@ -565,7 +595,15 @@ def _to_graph(proto: onnx.ModelProto, weights: Sequence[onnx.TensorProto] = ()) 
                     f"{', '.join(f'{v.name} {list(v.shape or ())}' for v in ins if v is not None)}); "
                     f"expected dimensions >= 0 (is a kernel or pad larger than its input?)"
                 )
-        nodes.append(Node(name, np_.op_type, ins, outs, attrs, domain, opsets.get(domain, 1)))
+        captures = node_captures(subgraphs_of(attrs))
+        for c in captures:  # a body's outer-scope reads: implicit inputs of the node
+            if c not in values:
+                raise ModelLoadError(
+                    f"node {name!r} ({np_.op_type}): a subgraph reads {c!r}, which is neither "
+                    f"a graph input, an initializer nor the output of an earlier node")
+            ins.append(values[c])
+        nodes.append(Node(name, np_.op_type, ins, outs, attrs, domain, opsets.get(domain, 1),
+                          captures))
 
     check_tensor_sizes(values.values())
     available = {v.name for v in inputs} | {v.name for v in values.values() if v.is_const}

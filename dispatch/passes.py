@@ -457,7 +457,9 @@ def simplify(graph: Graph, registry: Registry) -> dict[str, int]:
     }
     graph.remove_unused()
     for v in graph.values.values():
-        if v.shape is None or v.dtype is None:
+        if v.dtype is None or (v.shape is None and v.name not in graph.dynamic):
             raise ShapeInferenceError(f"value {v.name!r} has no static shape or dtype after import")
+    graph.dynamic = {k: why for k, why in graph.dynamic.items()
+                     if k in graph.values and graph.values[k].shape is None}
     check_tensor_sizes(graph.values.values())
     return stats

@@ -39,7 +39,16 @@ def layout_reason(registry: Registry, impl: Implementation, node: Node) -> str |
 
 
 def candidate_reason(registry: Registry, impl: Implementation, node: Node) -> str | None:
-    """``None`` when ``impl`` can run ``node`` (supports() and layouts), else why not."""
+    """``None`` when ``impl`` can run ``node`` (supports() and layouts), else why not.
+    A node with dynamic values (shapes the data decides: :mod:`dispatch.subgraph`) runs only
+    on implementations that size their outputs when they run
+    (:attr:`Implementation.dynamic_shapes`)."""
+    if not impl.dynamic_shapes:
+        dyn = next((v for v in [*node.inputs, *node.outputs]
+                    if v is not None and v.shape is None), None)
+        if dyn is not None:
+            return (f"{dyn.name!r} has a shape known only at run time, and {impl.name} "
+                    f"needs static shapes")
     return impl.supports(node) or layout_reason(registry, impl, node)
 
 

@@ -99,6 +99,9 @@ class Implementation:
     #: measures each like any other candidate; the plan records the implementation, so its
     #: settings, and a plan is refused when the library's version changes
     settings: Mapping[str, Any] = field(default_factory=dict)
+    #: whether it runs nodes whose shapes are known only at run time (dynamic values:
+    #: :mod:`dispatch.subgraph`); the reference backend's do, sizing outputs from the arrays
+    dynamic_shapes: bool = False
 
     @property
     def is_region(self) -> bool:
@@ -131,8 +134,11 @@ def _fit(layouts: Sequence[str], n: int) -> tuple[str, ...]:
 class ImplTable:
     """A backend's own table of implementations, filled with the :meth:`register` decorator."""
 
-    def __init__(self, backend: str) -> None:
+    def __init__(self, backend: str, *, dynamic_shapes: bool = False) -> None:
+        """``dynamic_shapes``: whether the single-node implementations registered here run
+        nodes whose shapes are known only at run time (:attr:`Implementation.dynamic_shapes`)."""
         self.backend = backend
+        self.dynamic_shapes = dynamic_shapes
         self._impls: list[Implementation] = []
         self._names: set[str] = set()
 
@@ -161,6 +167,7 @@ class ImplTable:
                     layouts_in=layouts_in if layouts_in is not None else _all_standard,
                     layouts_out=layouts_out if layouts_out is not None else _outputs_standard,
                     doc=(build.__doc__ or "").strip().split("\n")[0],
+                    dynamic_shapes=self.dynamic_shapes,
                 )
             )
             return build
@@ -214,13 +221,16 @@ class ImplTable:
         priority: int = Priority.DEFAULT,
         supports: SupportsFn | None = None,
         settings: Mapping[str, Any] | None = None,
+        dynamic_shapes: bool = False,
     ) -> Callable[[BuildFn], BuildFn]:
         """Decorate the build function of a region implementation ``Region.{backend}.{variant}``:
         ``propose(graph)`` lists the convex node sets it offers (several granularities, so the
         tuner can mix it with other backends); ``supports`` and ``build`` receive the region's
         :class:`dispatch.fusion.FusedNode` (op type ``Region``). Regions read and write the
         standard layout. ``settings`` names the library settings the build uses (shown in
-        reports; a variant of the same library with other settings is another registration)."""
+        reports; a variant of the same library with other settings is another registration).
+        ``dynamic_shapes``: its regions may hold values whose shapes are known only at run
+        time (its ``supports`` still decides node by node)."""
         from dispatch.fusion import REGION_OP
 
         def deco(build: BuildFn) -> BuildFn:
@@ -235,6 +245,7 @@ class ImplTable:
                     doc=(build.__doc__ or "").strip().split("\n")[0],
                     propose=propose,
                     settings=dict(settings or {}),
+                    dynamic_shapes=dynamic_shapes,
                 )
             )
             return build

@@ -24,6 +24,7 @@ from onnx import helper, numpy_helper
 from dispatch.errors import OpDispatchError, ShapeInferenceError, UnsupportedOpError
 from dispatch.graph import Graph, Node, Value
 from dispatch.registry import STANDARD, Implementation, Registry
+from dispatch.subgraph import DATA_DEPENDENT_OPS
 
 #: how many nodes of a chain an error shows (the ends are kept)
 CHAIN_SHOWN = 12
@@ -118,24 +119,32 @@ def fill_shapes(graph: Graph, registry: Registry) -> int:
 def fill_node(registry: Registry, node: Node, graph: Graph | None = None,
               unfolded: Mapping[str, str] | None = None) -> int:
     """Give static shapes to ``node``'s outputs by evaluating it on placeholders (zeros of its
-    inputs' shapes, the constants as they are); returns how many it filled. ``graph`` and
-    ``unfolded`` (node name -> why constant folding left it) make the error of a shape that
-    depends on a non-constant value name the chain of nodes that computes the value."""
+    inputs' shapes, the constants as they are); returns how many it filled.
+
+    Outputs whose shape only the data decides stay *dynamic* (``shape=None``, their dtype
+    known; :mod:`dispatch.subgraph`): those of a data-dependent or control-flow operator, of
+    a node reading a dynamic value, and of a node whose output shape changes with the values
+    of its non-constant inputs. ``graph`` records why in :attr:`Graph.dynamic`; ``unfolded``
+    (node name -> why constant folding left it) names the chain of nodes that computes such
+    a value."""
+    unknown = [v for v in node.inputs if v is not None and not v.is_const
+               and (v.shape is None or v.dtype is None)]
+    if unknown or (node.op_type in DATA_DEPENDENT_OPS and node.domain == ""):
+        why = (f"{node.op_type} decides its output shapes from the data" if not unknown else
+               f"it reads {unknown[0].name!r}, whose shape is known only at run time")
+        return _mark_dynamic(node, graph, why)
     placeholders: list[np.ndarray | None] = []
     for v in node.inputs:
         if v is None:
             placeholders.append(None)
         elif v.is_const:
             placeholders.append(v.const)
-        elif v.shape is None or v.dtype is None:
-            raise ShapeInferenceError(
-                f"the shape of {v.name!r} (input of node {node.name!r}, {node.op_type}) could not "
-                f"be inferred statically; give the model's inputs static shapes with input_shapes= "
-                f"or --shape"
-            )
         else:
-            placeholders.append(np.zeros(v.shape, v.dtype))
-    results = _evaluate_for_shapes(registry, node, placeholders, graph, unfolded or {})
+            placeholders.append(np.zeros(v.shape, v.dtype))  # type: ignore[arg-type]
+    try:
+        results = _evaluate_for_shapes(registry, node, placeholders, graph, unfolded or {})
+    except _ValueDependent as dep:
+        return _mark_dynamic(node, graph, str(dep), dep.dtypes)
     filled = 0
     for value, arr in zip(node.outputs, results):
         if value.shape is None or value.dtype is None:
@@ -172,15 +181,42 @@ def _evaluate_for_shapes(registry: Registry, node: Node, placeholders: list[np.n
             if runtime_ints:
                 results = []
                 break
-            raise ShapeInferenceError(
-                f"the output shape of node {node.name!r} ({node.op_type}) could not be inferred "
-                f"statically ({type(exc).__name__}: {exc})"
-            ) from None
+            # zeros are not data it can run on (a gather whose indices come from the data):
+            # its shape is left to the run
+            raise _ValueDependent(
+                f"its output shape could not be inferred on placeholder inputs "
+                f"({type(exc).__name__}: {_first_line(exc)})", []) from None
         shapes.append([np.shape(r) for r in results])
     if runtime_ints and (not results or shapes[0] != shapes[-1]):
         values = [node.inputs[k] for k in runtime_ints]
-        raise ShapeInferenceError(value_dependence_message(node, values, graph, unfolded))
+        raise _ValueDependent(value_dependence_message(node, values, graph, unfolded),
+                              [np.asarray(r).dtype for r in results])
     return results
+
+
+class _ValueDependent(Exception):
+    """A node's output shape follows the values of its non-constant inputs."""
+
+    def __init__(self, why: str, dtypes: list[np.dtype]) -> None:
+        super().__init__(why)
+        self.dtypes = dtypes
+
+
+def _mark_dynamic(node: Node, graph: Graph | None, why: str,
+                  dtypes: list[np.dtype] | None = None) -> int:
+    """Leave ``node``'s unknown output shapes dynamic (see :func:`fill_node`); their dtypes
+    come from onnx's inference or ``dtypes``. Returns 0 (no shape filled)."""
+    for k, out in enumerate(node.outputs):
+        if out.dtype is None and dtypes and k < len(dtypes):
+            out.dtype = dtypes[k]
+        if out.dtype is None:
+            raise ShapeInferenceError(
+                f"neither the shape nor the element type of {out.name!r} (output {k} of node "
+                f"{node.name!r}, {node.op_type}) could be inferred; its shape is known only at "
+                f"run time ({why}), but its element type must be known when the model loads")
+        if out.shape is None and graph is not None:
+            graph.dynamic[out.name] = f"node {node.name!r} ({node.op_type}): {why}"
+    return 0
 
 
 def value_dependence_message(node: Node, values: list[Value | None], graph: Graph | None,

@@ -17,19 +17,26 @@ import numpy as np
 
 from dispatch.fusion import FusedNode
 from dispatch.graph import Graph, Node
+from dispatch.subgraph import Subgraph
 
 #: ``node_reason(node)``: ``None`` when a backend can run ``node``, else why not
 NodeReason = Callable[[Node], str | None]
 
 
-def static_node_reason(node: Node) -> str | None:
-    """``None`` when ``node`` is of a standard ONNX domain and every input it reads has a
-    static shape and a dtype (a region model needs both), else why not."""
+def static_node_reason(node: Node, *, dynamic_ok: bool = False) -> str | None:
+    """``None`` when ``node`` is of a standard ONNX domain and every value it reads or writes
+    has a dtype and a static shape (a region model needs both), else why not. With
+    ``dynamic_ok`` (a library that sizes tensors when it runs), shapes known only at run
+    time are accepted: the region model declares them open."""
     if node.domain not in ("", "ai.onnx"):
         return f"domain {node.domain!r} is not a standard ONNX domain"
-    for v in node.inputs:
-        if v is not None and (v.shape is None or v.dtype is None):
-            return f"{v.name} has no static shape or dtype"
+    for v in [*node.inputs, *node.outputs]:
+        if v is None:
+            continue
+        if v.dtype is None:
+            return f"{v.name} has no dtype"
+        if v.shape is None and not dynamic_ok:
+            return f"{v.name} has a shape known only at run time"
     return None
 
 
@@ -167,6 +174,8 @@ def large_regions(graph: Graph, node_reason: NodeReason,
 def _attribute(name: str, value: Any):
     from onnx import helper, numpy_helper
 
+    if isinstance(value, Subgraph):
+        return helper.make_attribute(name, value.proto)
     if isinstance(value, np.ndarray):
         return helper.make_attribute(name, numpy_helper.from_array(value))
     if isinstance(value, np.generic):
@@ -212,13 +221,18 @@ def region_model(region: FusedNode, external: dict[str, np.ndarray] | None = Non
             else:
                 inits[v.name] = numpy_helper.from_array(arr, v.name)
         attrs = [_attribute(k, a) for k, a in n.attrs.items() if not (isinstance(a, list) and not a)]
-        proto = helper.make_node(n.op_type, [v.name if v is not None else "" for v in n.inputs],
+        for want, v in zip(n.captures, n.inputs[len(n.explicit_inputs):]):
+            if v is not None and v.name != want:  # the outer value was renamed by a pass
+                protos.append(helper.make_node("Identity", [v.name], [want],
+                                               name=f"{n.name}__capture_{want}"))
+        proto = helper.make_node(n.op_type, [v.name if v is not None else "" for v in n.explicit_inputs],
                                  [v.name for v in n.outputs], name=n.name, domain=n.domain)
         proto.attribute.extend(attrs)
         protos.append(proto)
 
     def info(v):
-        return helper.make_tensor_value_info(v.name, helper.np_dtype_to_tensor_dtype(np.dtype(v.dtype)), list(v.shape))
+        dims = list(v.shape) if v.shape is not None else None  # dynamic: declared open
+        return helper.make_tensor_value_info(v.name, helper.np_dtype_to_tensor_dtype(np.dtype(v.dtype)), dims)
 
     opsets: dict[str, int] = {}
     for n in region.nodes:
@@ -235,7 +249,10 @@ def region_model(region: FusedNode, external: dict[str, np.ndarray] | None = Non
     large = {vi.name for vi in stand_ins}
     # checked without its large constants (typed inputs instead): the checker serialises the
     # model, weights and all, which took longer than building the library's session
-    onnx.checker.check_model(model(inputs + stand_ins, [t for name, t in inits.items() if name not in large]))
+    if all(v.shape is not None for v in [*region.inputs, *region.outputs]):
+        # (a value of unknown rank, declared without a shape, is refused by the checker,
+        # not by the libraries: such a region is checked by the library that loads it)
+        onnx.checker.check_model(model(inputs + stand_ins, [t for name, t in inits.items() if name not in large]))
     return model(inputs, list(inits.values()))
 
 

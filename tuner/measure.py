@@ -17,7 +17,7 @@ run with (:func:`dispatch.blas.in_force`: the tuner's, else the defaults), never
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,7 +36,7 @@ from dispatch.executor import (  # noqa: F401
     run_reference,
 )
 from dispatch.fusion import FusedNode
-from dispatch.graph import Node, Value
+from dispatch.graph import Graph, Node, Value
 from dispatch.registry import STANDARD, Implementation, Registry
 from layouts.registry import Converter
 from tuner.candidates import Candidate
@@ -126,28 +126,48 @@ def time_calls(
     return Measurement(float(med), float(q3 - q1), len(samples))
 
 
+def capture_values(graph: Graph, registry: Registry,
+                   feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Every value of ``graph`` computed by the reference implementations from ``feeds``:
+    what a candidate over dynamic values (shapes the data decides) is measured on, since
+    random arrays of unknown shapes cannot stand in for them."""
+    env = {k: np.asarray(v) for k, v in feeds.items()}
+    run_reference(reference_kernels(registry, graph.nodes), env)
+    return env
+
+
 def measure_candidate(
     registry: Registry,
     cand: Candidate,
     *,
     seed: int = 0,
     check: bool = True,
+    captured: Mapping[str, np.ndarray] | None = None,
     **timing,
 ) -> Measurement:
     """Check ``cand`` against the numpy reference, then time its kernel (inputs already in
-    its layouts; conversions are priced separately), under the plans' thread settings."""
+    its layouts; conversions are priced separately), under the plans' thread settings.
+    A candidate over dynamic values runs on the values ``captured`` holds
+    (:func:`capture_values`) instead of random inputs."""
     with blas.in_force():
-        return _measure_candidate(registry, cand, seed=seed, check=check, **timing)
+        return _measure_candidate(registry, cand, seed=seed, check=check, captured=captured,
+                                  **timing)
 
 
 def _measure_candidate(registry: Registry, cand: Candidate, *, seed: int, check: bool,
+                       captured: Mapping[str, np.ndarray] | None = None,
                        **timing) -> Measurement:
     rng = np.random.default_rng(seed)
     node = cand.node
+    dynamic = any(v is not None and v.shape is None for v in [*node.inputs, *node.outputs])
     try:
+        if dynamic and captured is None:
+            raise ValueError("its shapes are known only at run time, and no values were "
+                             "captured from the tuning inputs to run it on")
         bounds = index_bounds(node.nodes if isinstance(node, FusedNode) else [node])
         std_inputs = [
             None if v is None else (np.asarray(v.const) if v.is_const
+                                    else captured[v.name] if dynamic and captured is not None
                                     else random_input(v, rng, bounds.get(v.name)))
             for v in node.inputs
         ]

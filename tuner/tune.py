@@ -71,7 +71,7 @@ from tuner.fingerprint import (
     software_digest,
     usable_cores,
 )
-from tuner.measure import Measurement, reference_overrides
+from tuner.measure import Measurement, capture_values, reference_overrides
 from tuner.nonfinite import nonfinite_winner
 from tuner.optimize import Choice, Problem, Solution, evaluate, optimize
 from tuner.store import PlanStore, StoreWriteError
@@ -412,7 +412,10 @@ def _tune(
     start = deadline - opts.budget_s
     stage_s: dict[str, float] = {}
     t_stage = time.monotonic()
-    ms = _measure_all(registry, cands, first, store, hw, sw, opts, start + MEASURE_SHARE * opts.budget_s)
+    captured = (capture_values(graph, registry, _random_feeds(graph, opts.seed))
+                if graph.dynamic else None)
+    ms = _measure_all(registry, cands, first, store, hw, sw, opts,
+                      start + MEASURE_SHARE * opts.budget_s, captured)
     stage_s["measure_s"] = time.monotonic() - t_stage
     usable = [(c, ms.by_signature[c.signature]) for c in cands.candidates
               if c.signature in ms.by_signature and ms.by_signature[c.signature].ok]

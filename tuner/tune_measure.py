@@ -57,7 +57,10 @@ def _measure_all(
     sw: str,
     opts: TuneOptions,
     deadline: float,
+    captured: dict[str, np.ndarray] | None = None,
 ) -> _Measurements:
+    """Measure each distinct candidate signature once (or reuse the store's figure); those
+    over dynamic values run on ``captured`` (:func:`tuner.measure.capture_values`)."""
     out = _Measurements()
     groups = cands.signatures()
     order = sorted(groups, key=lambda sig: (
@@ -79,7 +82,7 @@ def _measure_all(
             else:
                 m = measure_candidate(
                     registry, cand, seed=opts.seed, time_cap_s=opts.per_candidate_cap_s,
-                    ci_target=opts.ci_target,
+                    ci_target=opts.ci_target, captured=captured,
                 )
                 store.put_measurement(sig, cand.impl.name, hw, sw, median_s=m.median_s,
                                       spread_s=m.spread_s, samples=m.samples, error=m.error)
@@ -124,6 +127,8 @@ def _conversion_costs(
     per_byte: list[float] = []  # seconds per byte of the conversions measured or reused
     for name, srcs in produced.items():
         v = graph.value(name)
+        if v.shape is None:  # dynamic values are held in the standard layout only
+            continue
         for src in srcs:
             for dst in wanted.get(name, ()):
                 if src == dst:

@@ -36,6 +36,8 @@ MODULES = (
     "depth_space",
     "lp_mvn_norm",
     "eye_like",
+    "detection",
+    "control_flow",
 )
 
 

@@ -81,7 +81,7 @@ def _op_reason(node: Node) -> str | None:
 
 def node_reason(node: Node) -> str | None:
     """``None`` when onnxruntime can run ``node``, else why not."""
-    why = static_node_reason(node)
+    why = static_node_reason(node, dynamic_ok=True)
     if why is None and node.op_type in UNSUPPORTED_OPS:
         return f"{node.op_type} is not offered to onnxruntime"
     return why or _op_reason(node) or region_quirks.onnxruntime_reason(node)
@@ -151,7 +151,7 @@ def _supports(region: FusedNode) -> str | None:
 
 
 @impls.register_region("session", propose=propose, priority=Priority.DEFAULT, supports=_supports,
-                       settings={"graph_optimization_level": "all"})
+                       settings={"graph_optimization_level": "all"}, dynamic_shapes=True)
 def build_region(region: FusedNode):
     """A region as one onnxruntime InferenceSession, run with IO binding.
 
@@ -162,7 +162,8 @@ def build_region(region: FusedNode):
 
 
 @impls.register_region("session_extended", propose=propose_large, priority=Priority.FALLBACK,
-                       supports=_supports, settings={"graph_optimization_level": "extended"})
+                       supports=_supports, settings={"graph_optimization_level": "extended"},
+                       dynamic_shapes=True)
 def build_region_extended(region: FusedNode):
     """A large region as one onnxruntime InferenceSession without the layout optimisations
     (no NCHWc transformer); a settings variant the tuner measures, never the untuned choice."""
