@@ -39,7 +39,6 @@ from dispatch.graph import (
 )
 from dispatch.input_shapes import bind, declared_inputs
 from dispatch.onnx_attrs import attrs_from_proto, np_dtype
-from dispatch.subgraph import node_captures, subgraphs_of
 from dispatch.op_schema import (
     CustomShapeError,
     ShapeFn,
@@ -47,6 +46,7 @@ from dispatch.op_schema import (
     register_op_schema,
     shape_of,
 )
+from dispatch.subgraph import DATA_DEPENDENT_OPS, node_captures, subgraphs_of
 
 __all__ = [  # the custom-operator names are re-exported: plugins import them from here
     "MIN_OPSET", "CustomShapeError", "ModelLike", "ShapeFn", "TensorInfo", "import_model",
@@ -337,6 +337,9 @@ def _infer(proto: onnx.ModelProto) -> onnx.ModelProto:
     for o in work.graph.output:
         if o.type.HasField("tensor_type"):
             o.type.Clear()
+    # in a model with data-dependent or control-flow nodes, an output's declared size that
+    # the inference leaves open is the exporter's example, not a fact: it stays open
+    dynamic = any(n.op_type in DATA_DEPENDENT_OPS for n in proto.graph.node)
     plain = _infer_once(work, data_prop=False)
     inferred = _infer_once(work, data_prop=True) if _safe_for_data_prop(plain) else plain
     for o in inferred.graph.output:
@@ -346,13 +349,15 @@ def _infer(proto: onnx.ModelProto) -> onnx.ModelProto:
         if not o.type.HasField("tensor_type"):
             o.type.CopyFrom(want)  # nothing inferred (e.g. an unknown custom operator)
             continue
-        _check_declared_output(o.name, want, o.type)
+        _check_declared_output(o.name, want, o.type, fill_dims=not dynamic)
     return inferred
 
 
-def _check_declared_output(name: str, want: onnx.TypeProto, got: onnx.TypeProto) -> None:
+def _check_declared_output(name: str, want: onnx.TypeProto, got: onnx.TypeProto,
+                           fill_dims: bool = True) -> None:
     """Raise when graph output ``name``'s declared type ``want`` conflicts with the inferred
-    ``got``; fill what the inference left unknown from the declaration."""
+    ``got``; fill what the inference left unknown from the declaration (the dimensions only
+    with ``fill_dims``)."""
     wt, gt = want.tensor_type, got.tensor_type
     if wt.elem_type and gt.elem_type and wt.elem_type != gt.elem_type:
         raise ShapeInferenceError(
@@ -365,7 +370,8 @@ def _check_declared_output(name: str, want: onnx.TypeProto, got: onnx.TypeProto)
         return
     wdims = shape_of(want)[0]  # type: ignore[index]
     if not gt.HasField("shape"):
-        gt.shape.CopyFrom(wt.shape)
+        if fill_dims:
+            gt.shape.CopyFrom(wt.shape)
         return
     gdims = shape_of(got)[0]  # type: ignore[index]
     if len(wdims) != len(gdims) or any(
@@ -376,7 +382,7 @@ def _check_declared_output(name: str, want: onnx.TypeProto, got: onnx.TypeProto)
             f"computes shape {_fmt_dims(gdims)} there"
         )
     for dim, w in zip(gt.shape.dim, wdims):  # what the inference left unknown
-        if isinstance(w, int) and not dim.HasField("dim_value"):
+        if fill_dims and isinstance(w, int) and not dim.HasField("dim_value"):
             dim.dim_value = w
 
 

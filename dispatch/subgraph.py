@@ -103,3 +103,10 @@ def node_captures(subgraphs: Iterable[Subgraph]) -> tuple[str, ...]:
 def subgraphs_of(attrs: dict[str, object]) -> list[Subgraph]:
     """The :class:`Subgraph` attributes of a node, in attribute order."""
     return [a for a in attrs.values() if isinstance(a, Subgraph)]
+
+
+def data_decides(graph) -> bool:
+    """Whether what ``graph`` computes takes a path or a size only the data decides (dynamic
+    values or control flow): such a model is checked on several inputs."""
+    return bool(graph.dynamic) or any(n.op_type in CONTROL_FLOW_OPS and n.domain == ""
+                                      for n in graph.nodes)

@@ -28,6 +28,7 @@ from dispatch.heuristic import region_proposals
 from dispatch.plan import Rejected
 from dispatch.plan_assembly import candidate_reason
 from dispatch.registry import Implementation, Registry
+from dispatch.subgraph import Subgraph
 
 #: non-float constant inputs up to this many elements are part of a signature by value
 SMALL_CONST = 64
@@ -72,6 +73,8 @@ class CandidateSet:
 
 
 def _canon(value: Any) -> Any:
+    if isinstance(value, Subgraph):  # a control-flow body: by its digest
+        return value.canonical()
     if isinstance(value, np.ndarray):
         weights = value.dtype.kind in "fc" and value.size > 1
         if value.size <= SMALL_CONST and not weights:

@@ -62,6 +62,7 @@ from dispatch.plan_policy import (
     unavailable_backends,
 )
 from dispatch.registry import REFERENCE_BACKEND, STANDARD, Registry
+from dispatch.subgraph import data_decides
 from tuner import busy
 from tuner.candidates import Candidate, enumerate_candidates
 from tuner.fingerprint import (
@@ -279,6 +280,11 @@ def _alternative_problems(problem: Problem, best: Solution, k: int) -> list[Prob
 # ------------------------------------------------------------------------------------------
 # the tuner
 # ------------------------------------------------------------------------------------------
+
+
+#: further random inputs every validated plan of a model with dynamic values must match the
+#: reference on (an If's branch, a NonZero's output length follow the data)
+EXTRA_CHECK_INPUTS = 3
 
 
 def objective_key(opts: TuneOptions) -> str:
@@ -503,10 +509,16 @@ def _tune(
 
     reference_plan = heuristic_plan(graph, registry, [REFERENCE_BACKEND], overrides=reference_overrides(graph, registry))
     feeds = _random_feeds(graph, opts.seed)
-    reference = Executor(graph, reference_plan, registry).run(feeds)
+    reference_ex = Executor(graph, reference_plan, registry)
+    reference = reference_ex.run(feeds)
+    more = []
+    if data_decides(graph):  # branches and output lengths follow the data: more inputs
+        for k in range(1, EXTRA_CHECK_INPUTS + 1):
+            extra = _random_feeds(graph, opts.seed + k)
+            more.append((extra, reference_ex.run(extra)))
     t_stage = time.monotonic()
     _validate(graph, registry, plans, feeds, reference, opts.validate_runs, deadline,
-              grace_s=0.05 * opts.budget_s, say=say)
+              grace_s=0.05 * opts.budget_s, say=say, more=more)
     stage_s["validate_s"] = time.monotonic() - t_stage
     serving: ThroughputStage | None = None
     choose = _winner

@@ -54,6 +54,7 @@ def _validate(
     deadline: float,
     grace_s: float = 0.0,
     say: Callable[[str], None] | None = None,
+    more: Sequence[tuple[Mapping[str, np.ndarray], Sequence[np.ndarray]]] = (),
 ) -> None:
     """Run every plan end to end: its outputs must match the reference plan's; then time the
     valid ones interleaved, one block of each per round (:func:`_block`: untimed runs until the
@@ -66,7 +67,9 @@ def _validate(
     rounds (down to 3 past the deadline, and to 1 when another round would end past
     ``deadline + grace_s``), then rounds until the 95% confidence intervals of the medians
     stop overlapping or the deadline passes. ``say`` hears what is being done, at least every
-    :data:`PROGRESS_EVERY_S` seconds."""
+    :data:`PROGRESS_EVERY_S` seconds. ``more``: further (feeds, reference outputs) every plan
+    must also match, shapes included (a model whose branches or output lengths follow the
+    data is checked on inputs that take different ones)."""
     tell = say or (lambda _msg: None)
     left = max(0.0, deadline - time.monotonic())
     tell(f"validating {len(plans)} plan(s) end to end against the reference ({left:.0f} s of "
@@ -88,6 +91,20 @@ def _validate(
             pc.error = f"failed: {type(exc).__name__}: {exc}"
             continue
         wrong = check_outputs(outs, reference, [], tol=MODEL_TOLERANCE)
+        for k_more, (extra, expected) in enumerate(more):
+            if wrong:
+                break
+            try:
+                got = ex.run(extra)
+            except Exception as exc:
+                wrong = f"on tuning input {k_more + 2}: {type(exc).__name__}: {exc}"
+                break
+            if [np.shape(g) for g in got] != [np.shape(e) for e in expected]:
+                wrong = (f"on tuning input {k_more + 2}: output shapes "
+                         f"{[np.shape(g) for g in got]}, expected {[np.shape(e) for e in expected]}")
+                break
+            found = check_outputs(got, expected, [], tol=MODEL_TOLERANCE)
+            wrong = f"on tuning input {k_more + 2}: {found}" if found else ""
         if wrong:
             pc.error = f"wrong result: {wrong}"
             continue

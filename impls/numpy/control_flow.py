@@ -216,18 +216,41 @@ def build_loop(node: Node) -> Callable:
 
 
 def _supports_scan(node: Node) -> str | None:
-    if node.opset < 9:
-        return "Scan before opset 9 (batch axis and sequence_lens) is not supported"
     return _bodies_reason(node, "body")
 
 
 @impls.register("Scan", "subgraphs", priority=Priority.DEFAULT, supports=_supports_scan)
 def build_scan(node: Node) -> Callable:
     """Scan: the body run once per slice of the scan inputs along their axes, states passed
-    on, per-slice outputs stacked along the output axes (directions honoured)."""
+    on, per-slice outputs stacked along the output axes (directions honoured). Opset 8's
+    form (a batch axis first, an optional ``sequence_lens``) runs each batch entry alone."""
+    if node.opset < 9:
+        return _scan8(node)
+    return _scan9(node, len(node.explicit_inputs))
+
+
+def _scan8(node: Node) -> Callable:
+    n_explicit = len(node.explicit_inputs) - 1  # without sequence_lens
+    inner = _scan9(node, n_explicit)
+    n_state = n_explicit - int(node.attr("num_scan_inputs"))
+
+    def run(seq_lens: np.ndarray | None, *args: np.ndarray) -> tuple:
+        data, captured = args[:n_explicit], args[n_explicit:]
+        batch = np.asarray(data[0]).shape[0]
+        full = np.asarray(data[n_state]).shape[1] if n_explicit > n_state else 0
+        if seq_lens is not None and np.any(np.asarray(seq_lens) != full):
+            raise ValueError(f"Scan (opset 8) with sequence_lens {np.asarray(seq_lens).tolist()} "
+                             f"shorter than the inputs' length {full} is not supported")
+        per = [inner(*[np.asarray(a)[b] for a in data], *captured) for b in range(batch)]
+        return tuple(np.stack([p[k] for p in per]) for k in range(len(per[0]))) if per else ()
+
+    return run
+
+
+def _scan9(node: Node, n_explicit: int) -> Callable:
     body = BodyRunner(node.attr("body"))
     m = int(node.attr("num_scan_inputs"))
-    n_state = len(node.explicit_inputs) - m
+    n_state = n_explicit - m
     n_out = len(node.outputs) - n_state
     in_axes = list(node.attr("scan_input_axes") or [0] * m)
     in_dirs = list(node.attr("scan_input_directions") or [0] * m)

@@ -68,7 +68,9 @@ def fmt_bytes(x: Any) -> str:
 
 
 def shape_text(v: Value | None) -> str:
-    """``2x3x4``, ``scalar``, or ``?`` when the shape is not known."""
+    """``2x3x4``, ``scalar``, ``dynamic`` (known only at run time), or ``?``."""
+    if v is not None and v.shape is None and v.dtype is not None:
+        return "dynamic"
     if v is None or v.shape is None:
         return "?"
     return "x".join(str(d) for d in v.shape) or "scalar"

@@ -31,6 +31,7 @@ from tuner.report.data import (
     shape_text,
     share_of,
 )
+from tuner.report.dynamic import graph_notes
 from tuner.report.explain import explain_node
 from tuner.report.html import render_html
 from tuner.report.library import (
@@ -240,7 +241,8 @@ def _build(src: Sources, profile_regions: bool = True) -> PlanReport:
     summary.update(peak_liveness_bytes=memory.get("liveness_bytes", summary.get("peak_bytes")),
                    peak_bytes=memory["peak_bytes"],
                    peak_basis=memory.get("basis"), memory=memory)
-    return PlanReport(plan, graph, table, rejections, summary, alts, list(src.notes))
+    notes = list(src.notes) + (graph_notes(graph) if graph is not None else [])
+    return PlanReport(plan, graph, table, rejections, summary, alts, notes)
 
 
 def _settings_text(src: Sources, impl: str) -> str:
