@@ -1,11 +1,12 @@
 """numpy reference kernels for the index-driven operators the exporters emit (issue 14):
 CumSum (a scan along an axis), Trilu (triangular masks), Range and OneHot (tensors generated
-from scalars and indices).
+from scalars and indices), NonZero and Compress (selections whose size the data decides).
 
 Scalars that steer a kernel (CumSum's axis, Trilu's k, Range's start / limit / delta,
 OneHot's depth) are run-time inputs, read when the kernel runs; a constant is read the same
-way. Range's output length depends on its inputs' values, so a plan holds it only where they
-are constants (the importer's shape inference needs them).
+way. The output lengths of Range, NonZero and Compress depend on their inputs' values; no
+kernel here needs a static shape (a value may carry ``shape=None``): shapes and sizes are
+checked on the arrays when the kernel runs.
 """
 
 from __future__ import annotations
@@ -20,9 +21,11 @@ import onnx
 from dispatch.graph import Node
 from dispatch.registry import Priority
 from impls.numpy.misc import (
+    BOOL_TYPES,
     FLOAT_TYPES,
     NUMERIC_TYPES,
     PLAIN_TYPES,
+    STRING_TYPES,
     as_std,
     check_dtypes,
     first_reason,
@@ -250,5 +253,83 @@ def onehot_compare(node: Node) -> Kernel:
         positions = np.arange(d, dtype=np.int64).reshape((1,) * a + (d,) + (1,) * (r - a))
         hit = np.expand_dims(idx, a) == positions
         return as_std(np.where(hit, on, off), values.dtype)
+
+    return run
+
+
+# -- NonZero ---------------------------------------------------------------------------------
+
+
+def _supports_nonzero(node: Node) -> str | None:
+    return check_dtypes(node, PLAIN_TYPES)
+
+
+@impls.register("NonZero", "nonzero", priority=Priority.DEFAULT, supports=_supports_nonzero)
+def nonzero_nonzero(node: Node) -> Kernel:
+    """NonZero: the int64 indices [rank, count] of the non-zero elements in row-major order
+    (np.nonzero stacked); a 0-d input gives shape [0, count] as onnx's reference does."""
+
+    def run(x: np.ndarray) -> np.ndarray:
+        a = np.asarray(x)
+        if a.ndim == 0:
+            return np.empty((0, int(np.count_nonzero(a))), dtype=np.int64)
+        return as_std(np.stack(np.nonzero(a)).astype(np.int64, copy=False))
+
+    return run
+
+
+# -- Compress --------------------------------------------------------------------------------
+
+
+def _supports_compress(node: Node) -> str | None:
+    reason = first_reason(
+        _needs_input(node, 1, "condition"),
+        check_dtypes(node, PLAIN_TYPES | STRING_TYPES),
+        check_dtypes(node, BOOL_TYPES, (1,)),
+    )
+    if reason:
+        return reason
+    cond, v = node.input(1), node.input(0)
+    if cond.shape is not None and len(cond.shape) != 1:
+        return f"Compress condition must be 1-D; received shape {list(cond.shape)}"
+    axis = node.attr("axis")
+    if axis is None:
+        return None
+    axis = int(axis)
+    if node.opset < 11 and axis < 0:
+        return f"Compress axis {axis} is negative; negative axes count from opset 11"
+    if v.shape is not None and not -len(v.shape) <= axis < len(v.shape):
+        return f"Compress axis {axis} is out of range for an input of rank {len(v.shape)}"
+    return None
+
+
+def compress_mask(condition: np.ndarray, n: int) -> np.ndarray:
+    """``condition`` (1-D bool) fitted to ``n`` entries: a shorter one is padded with False
+    (it selects nothing past its end); a longer one may only hold False past ``n``."""
+    c = np.asarray(condition)
+    if c.ndim != 1:
+        raise ValueError(f"Compress condition must be 1-D; received shape {c.shape}")
+    c = c.astype(bool, copy=False)
+    if c.size > n:
+        if c[n:].any():
+            raise IndexError(f"Compress condition of length {c.size} selects index "
+                             f"{n + int(np.argmax(c[n:]))}, outside the {n} entries")
+        return c[:n]
+    return np.concatenate([c, np.zeros(n - c.size, dtype=bool)]) if c.size < n else c
+
+
+@impls.register("Compress", "mask", priority=Priority.DEFAULT, supports=_supports_compress)
+def compress_mask_select(node: Node) -> Kernel:
+    """Compress: the slices along axis (the elements of the flattened input without axis)
+    where condition is True; a shorter condition selects nothing past its end."""
+    axis = node.attr("axis")
+
+    def run(x: np.ndarray, condition: np.ndarray) -> np.ndarray:
+        if axis is None:
+            flat = np.asarray(x).reshape(-1)
+            return as_std(flat[compress_mask(condition, flat.size)])
+        a = normalize_axis(int(axis), x.ndim, "Compress axis")
+        keep = np.flatnonzero(compress_mask(condition, x.shape[a]))
+        return as_std(np.take(x, keep, axis=a))
 
     return run

@@ -263,10 +263,23 @@ def _softmax_axes(node: Node) -> Callable[[tuple[int, ...]], tuple[tuple[int, ..
     return plan
 
 
+def _check_softmax_axis(node: Node, shape: tuple[int, ...]) -> None:
+    """Raise when the axis does not fit X of ``shape``: :func:`_supports_softmax`'s check,
+    made when the kernel runs for an X without a static shape."""
+    axis = int(node.attr("axis", -1 if node.opset >= 13 else 1))
+    if not -len(shape) <= axis < max(len(shape), 1):
+        raise ValueError(
+            f"{node.op_type} axis {axis} is out of range for X of shape {tuple(shape)}; "
+            f"expected an axis in [-{len(shape)}, {max(len(shape), 1) - 1}]")
+
+
 def _softmax_kernel(node: Node, log: bool) -> Kernel:
     plan = _softmax_axes(node)
+    check_axis = node.input(0) is None or node.input(0).shape is None
 
     def run(x: np.ndarray) -> np.ndarray:
+        if check_axis:
+            _check_softmax_axis(node, x.shape)
         if x.ndim == 0 or x.size == 0:
             return np.asarray(np.zeros_like(x) if log else np.ones_like(x), order="C")
         ct = _compute_dtype(x.dtype)

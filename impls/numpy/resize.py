@@ -122,14 +122,16 @@ def _attrs_reason(node: Node, a: ResizeAttrs) -> str | None:
     return None
 
 
-def _present(node: Node, i: int) -> bool:
-    """Whether input ``i`` is given (a constant empty tensor counts as omitted)."""
+def _surely_present(node: Node, i: int) -> bool:
+    """Whether input ``i`` is known at build time to hold values: a constant or a static
+    shape that is not empty (an empty tensor counts as omitted; a value without a static
+    shape may turn out empty when the kernel runs, which then decides)."""
     v = node.input(i)
     if v is None:
         return False
     if v.is_const:
         return np.asarray(v.const).size > 0
-    return not (v.shape is not None and 0 in v.shape)
+    return v.shape is not None and 0 not in v.shape
 
 
 def _supports_resize(node: Node) -> str | None:
@@ -149,7 +151,7 @@ def _supports_resize(node: Node) -> str | None:
     )
     if reason:
         return reason
-    scales, sizes = _present(node, 2), _present(node, 3)
+    scales, sizes = _surely_present(node, 2), _surely_present(node, 3)
     if scales and sizes:
         return "Resize received both scales and sizes; ONNX allows only one"
     if node.input(2) is None and node.input(3) is None:

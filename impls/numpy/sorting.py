@@ -1,11 +1,15 @@
 """numpy reference kernels for the operators that order elements along an axis (issue 14):
-ArgMax, ArgMin, TopK and Hardmax.
+ArgMax, ArgMin, TopK, Hardmax and Unique.
 
 NaN orders as onnx's reference evaluator (numpy) orders it: above every number. ArgMax and
 ArgMin (like np.argmax / np.argmin) return the first NaN of a slice that holds one, Hardmax
 marks it, TopK with ``largest`` ranks NaN first and with ``largest=0`` last. Ties go to the
 lower index (TopK: the lower index comes first, as ONNX specifies; ArgMax / ArgMin: the first
 occurrence unless ``select_last_index``).
+
+No kernel needs a static shape (a value may carry ``shape=None``, as downstream of a
+data-dependent operator): axes, K and sizes are checked on the arrays when the kernel runs.
+TopK's K may be any run-time input; Unique's output length is the data's.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from dispatch.registry import Priority
 from impls.numpy.misc import (
     FLOAT_TYPES,
     NUMERIC_TYPES,
+    PLAIN_TYPES,
+    STRING_TYPES,
     as_std,
     check_dtypes,
     first_reason,
@@ -201,5 +207,64 @@ def hardmax_argmax(node: Node) -> Kernel:
             flat = x.reshape(math.prod(x.shape[:a]), math.prod(x.shape[a:]))
             return as_std(_hardmax_along(flat, 1).reshape(x.shape))
         return as_std(_hardmax_along(x, normalize_axis(axis, x.ndim, "Hardmax axis")))
+
+    return run
+
+
+# -- Unique ----------------------------------------------------------------------------------
+
+
+def _supports_unique(node: Node) -> str | None:
+    if node.opset < 11:
+        return f"Unique exists from opset 11; the node has opset {node.opset}"
+    reason = check_dtypes(node, PLAIN_TYPES | STRING_TYPES)
+    if reason:
+        return reason
+    order = int(node.attr("sorted", 1))
+    if order not in (0, 1):
+        return f"Unique sorted must be 0 or 1; received {order}"
+    axis = node.attr("axis")
+    if axis is None:
+        return None
+    v = node.input(0)
+    if v.dtype is not None and np.dtype(v.dtype).name in STRING_TYPES:
+        return "Unique along an axis of a string tensor is not supported (np.unique cannot)"
+    return _axis_reason(node, int(axis))
+
+
+def unique_parts(
+    x: np.ndarray, axis: int | None, in_order: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """ONNX Unique of ``x``: (unique elements or slices along ``axis``, index of the first
+    occurrence of each, index into them of every element or slice, count of each), the
+    indices int64. Sorted ascending unless ``in_order``: then in order of first occurrence."""
+    source = x.reshape(-1) if axis is None else x
+    y, first, inverse, counts = np.unique(source, True, True, True, axis=axis)
+    first = first.astype(np.int64, copy=False)
+    inverse = inverse.astype(np.int64, copy=False).reshape(-1)
+    counts = counts.astype(np.int64, copy=False)
+    if in_order:
+        order = np.argsort(first, kind="stable")
+        rank = np.empty_like(order)
+        rank[order] = np.arange(order.size, dtype=order.dtype)
+        first, counts, inverse = first[order], counts[order], rank[inverse]
+        y = np.take(source, first, axis=0 if axis is None else axis)
+    return as_std(y, x.dtype), as_std(first), as_std(inverse), as_std(counts)
+
+
+@impls.register("Unique", "numpy", priority=Priority.DEFAULT, supports=_supports_unique)
+def unique_numpy(node: Node) -> Kernel:
+    """Unique: np.unique of the flattened input (or of the slices along axis) with the first
+    occurrences, inverse indices and counts (int64); ``sorted=0`` orders all four by first
+    occurrence. Returns as many outputs as the node has."""
+    axis_attr = node.attr("axis")
+    in_order = not bool(int(node.attr("sorted", 1)))
+    n_out = max(len(node.outputs), 1)
+
+    def run(x: np.ndarray) -> np.ndarray | tuple[np.ndarray, ...]:
+        a = np.asarray(x)
+        axis = None if axis_attr is None else normalize_axis(int(axis_attr), a.ndim, "Unique axis")
+        parts = unique_parts(a, axis, in_order)
+        return parts[0] if n_out == 1 else parts[:n_out]
 
     return run
