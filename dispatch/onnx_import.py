@@ -410,7 +410,7 @@ def import_model(
     if proto.functions:
         names = ", ".join(f.name for f in proto.functions)
         raise ModelLoadError(f"model-local functions are not supported (the model defines: {names})")
-    quirks = open_negative_dims(proto)
+    quirks = open_unknown_dims(proto)
     declared = declared_inputs(proto)
     _fix_inputs(proto, input_shapes)
     light, weights = _split_weights(proto)
@@ -421,9 +421,10 @@ def import_model(
     return graph
 
 
-def open_negative_dims(proto: onnx.ModelProto) -> list[str]:
-    """Rewrite, in place, negative dimensions of the graph's declared inputs, outputs and
-    value_info as unknown ones, and say which were rewritten.
+def open_unknown_dims(proto: onnx.ModelProto) -> list[str]:
+    """Rewrite, in place, negative dimensions (and ones named :data:`UNNAMED_DIMS`) of the
+    graph's declared inputs, outputs and value_info as unknown ones, and say which were
+    rewritten.
 
     Paddle2ONNX writes a dynamic dimension as ``-1`` (``x: [-1, 3, -1, -1]``), which
     onnxruntime and OpenVINO read as "any size"; ONNX itself has ``dim_param`` or an unset
@@ -436,16 +437,29 @@ def open_negative_dims(proto: onnx.ModelProto) -> list[str]:
             if not vi.type.HasField("tensor_type") or not vi.type.tensor_type.HasField("shape"):
                 continue
             dims = vi.type.tensor_type.shape.dim
-            if any(d.HasField("dim_value") and d.dim_value < 0 for d in dims):
-                before = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?")
-                          for d in dims]
-                for d in dims:
-                    if d.HasField("dim_value") and d.dim_value < 0:
-                        d.ClearField("dim_value")
-                found.append(f"{kind} {vi.name!r} declared {before}: negative dimensions read "
-                             f"as dynamic (as Paddle2ONNX writes them; producer "
-                             f"{proto.producer_name or 'unnamed'} {proto.producer_version})")
+            negative = [d for d in dims if d.HasField("dim_value") and d.dim_value < 0]
+            unnamed = [d for d in dims if d.HasField("dim_param") and d.dim_param in UNNAMED_DIMS]
+            if not negative and not unnamed:
+                continue
+            before = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "") for d in dims]
+            for d in negative:
+                d.ClearField("dim_value")
+            for d in unnamed:
+                d.ClearField("dim_param")
+            what = " and ".join(
+                w for w, on in (("negative dimensions", negative),
+                                (f"dimensions named {sorted({repr(n) for n in UNNAMED_DIMS})}",
+                                 unnamed)) if on)
+            found.append(f"{kind} {vi.name!r} declared {before}: {what} read as dynamic, each "
+                         f"independently (as Paddle2ONNX writes them; producer "
+                         f"{proto.producer_name or 'unnamed'} {proto.producer_version})".rstrip())
     return found
+
+
+#: symbolic dimension names that mean "unknown", not a symbol shared by the dimensions that
+#: carry it (Paddle2ONNX declares a classifier's input ``[-1, 3, "?", "?"]``, whose height
+#: and width differ)
+UNNAMED_DIMS = frozenset({"?"})
 
 
 #: initializers of more elements than this are kept out of onnx's checker and shape inference

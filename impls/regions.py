@@ -17,7 +17,7 @@ import numpy as np
 
 from dispatch.fusion import FusedNode
 from dispatch.graph import Graph, Node
-from dispatch.subgraph import Subgraph
+from dispatch.subgraph import CONTROL_FLOW_OPS, Subgraph
 
 #: ``node_reason(node)``: ``None`` when a backend can run ``node``, else why not
 NodeReason = Callable[[Node], str | None]
@@ -230,8 +230,16 @@ def region_model(region: FusedNode, external: dict[str, np.ndarray] | None = Non
         proto.attribute.extend(attrs)
         protos.append(proto)
 
+    # a region with control flow declares its boundary with open dimensions (rank only):
+    # exporters' bodies carry shape annotations that hold for symbolic inputs only (silero-vad's
+    # If branches disagree on an LSTM input's rank once its sizes are fixed, and onnxruntime
+    # then refuses the model: "First input tensor must have rank 3")
+    open_dims = any(n.op_type in CONTROL_FLOW_OPS and n.domain == "" for n in region.nodes)
+
     def info(v):
         dims = list(v.shape) if v.shape is not None else None  # dynamic: declared open
+        if open_dims and dims is not None:
+            dims = [None] * len(dims)
         return helper.make_tensor_value_info(v.name, helper.np_dtype_to_tensor_dtype(np.dtype(v.dtype)), dims)
 
     opsets: dict[str, int] = {}

@@ -38,6 +38,7 @@ from dispatch.executor import (  # noqa: F401
 from dispatch.fusion import FusedNode
 from dispatch.graph import Graph, Node, Value
 from dispatch.registry import STANDARD, Implementation, Registry
+from dispatch.subgraph import CONTROL_FLOW_OPS
 from layouts.registry import Converter
 from tuner.candidates import Candidate
 from tuner.index_bounds import DEFAULT_HIGH, index_bounds
@@ -159,7 +160,11 @@ def _measure_candidate(registry: Registry, cand: Candidate, *, seed: int, check:
                        **timing) -> Measurement:
     rng = np.random.default_rng(seed)
     node = cand.node
-    dynamic = any(v is not None and v.shape is None for v in [*node.inputs, *node.outputs])
+    # over dynamic values, or with control flow (the branch taken follows the data): the
+    # values of the tuning inputs, not random ones
+    parts = node.nodes if isinstance(node, FusedNode) else [node]
+    dynamic = (any(v is not None and v.shape is None for v in [*node.inputs, *node.outputs])
+               or any(n.op_type in CONTROL_FLOW_OPS and n.domain == "" for n in parts))
     try:
         if dynamic and captured is None:
             raise ValueError("its shapes are known only at run time, and no values were "

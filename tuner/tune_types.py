@@ -6,9 +6,11 @@ import them from.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from dispatch.errors import OpDispatchError
 from dispatch.plan import Plan
@@ -52,6 +54,11 @@ class TuneOptions:
     #: holding NaN or Inf run a plan that agrees (:func:`tuner.nonfinite.nonfinite_winner`);
     #: ``False``: such candidates and plans are rejected instead (the strict check alone)
     nonfinite_guard: bool = True
+    #: representative inputs (input name -> array, each set of the shapes being tuned): the
+    #: first is what plans are checked and timed on and what candidates over dynamic values
+    #: run on; every plan must match the reference on each (an If's branch and a NonZero's
+    #: output length follow the data). Empty: seeded random inputs
+    inputs: Sequence[Mapping[str, np.ndarray]] = ()
 
 
 @dataclass

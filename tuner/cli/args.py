@@ -142,6 +142,32 @@ def parse_input(text: str) -> tuple[str, np.ndarray]:
         raise UsageError(f"--input {name}: {path!r} is not a .npy array file ({exc})") from None
 
 
+def parse_input_sets(paths: Sequence[str]) -> list[dict[str, np.ndarray]]:
+    """The sets of tuning inputs ``--inputs`` names: each ``.npz`` file one set (arrays named
+    like the model's inputs), a folder every ``.npz`` file in it, in name order."""
+    files: list[Path] = []
+    for text in paths:
+        p = Path(text)
+        if p.is_dir():
+            found = sorted(p.glob("*.npz"))
+            if not found:
+                raise UsageError(f"--inputs: the folder {text!r} holds no .npz file")
+            files += found
+        else:
+            files.append(Path(regular_file(text, "--inputs: file")))
+    sets = []
+    for f in files:
+        try:
+            with np.load(f, allow_pickle=False) as data:
+                sets.append({name: np.asarray(data[name]) for name in data.files})
+        except (ValueError, OSError) as exc:
+            raise UsageError(f"--inputs: {str(f)!r} is not an .npz archive of arrays "
+                             f"(numpy.savez; {exc})") from None
+        if not sets[-1]:
+            raise UsageError(f"--inputs: {str(f)!r} holds no array")
+    return sets
+
+
 def store_path(arg: str | None) -> str:
     """The plan store ``--store`` names, else the configured one (``~`` expanded)."""
     from dispatch.config import Config

@@ -9,6 +9,7 @@ failures keep their traceback. The ``plans`` commands live in :mod:`tuner.cli.pl
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import time
@@ -26,6 +27,7 @@ from tuner.cli.args import (
     UsageError,
     non_negative_int,
     parse_input,
+    parse_input_sets,
     parse_shape,
     parse_shape_sets,
     positive_int,
@@ -232,6 +234,16 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from tuner.tune import TuneOptions, tune
 
     shape_sets = parse_shape_sets(args.shape or [])
+    input_sets = parse_input_sets(args.inputs or [])
+    if input_sets and (args.shape or []):
+        raise UsageError("--inputs sets the shapes being tuned (those of its arrays); give "
+                         "either --inputs or --shape, not both")
+    by_shapes: dict[tuple, list[dict[str, np.ndarray]]] = {}
+    for feeds in input_sets:  # one plan per input shape: each tuned on its own inputs
+        key = tuple(sorted((k, tuple(v.shape)) for k, v in feeds.items()))
+        by_shapes.setdefault(key, []).append(feeds)
+    if input_sets:
+        shape_sets = [{k: list(shape) for k, shape in key} for key in by_shapes]
     backends = [b.strip() for b in args.backends.split(",")] if args.backends else None
     config = Config.load({"store_path": args.store})
     budget = args.budget if args.budget is not None else config.tune_budget_s
@@ -264,8 +276,10 @@ def cmd_tune(args: argparse.Namespace) -> int:
     for k, shapes in enumerate(shape_sets):
         if several:
             print(f"\n[{k + 1}/{len(shape_sets)}] input shapes {format_shapes(shapes)}", flush=True)
-        result = tune(args.model, options=opts, input_shapes=shapes or None, config=config,
-                      registry=registry, log=lambda msg: print(msg, flush=True))
+        given = list(by_shapes.values())[k] if input_sets else []
+        result = tune(args.model, options=dataclasses.replace(opts, inputs=tuple(given)),
+                      input_shapes=shapes or None, config=config, registry=registry,
+                      log=lambda msg: print(msg, flush=True))
         print(result.summary())
         if result.plan_id is None:
             failed.append(f"{format_shapes(shapes) or 'the model'}: {result.store_error}")
@@ -363,6 +377,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --objective latency: the fastest plan whose peak memory fits")
     t.add_argument("--top-k", type=positive_int, default=None, help="plans validated end to end (default 3)")
     t.add_argument("--backends", help="backends the tuner may use (default: every available one)")
+    t.add_argument("--inputs", action="append", metavar="FILE.npz",
+                   help="representative inputs: an .npz of arrays named like the model's inputs "
+                        "(numpy.savez), one set per file; repeat it or name a folder of them. "
+                        "Plans are timed on the first and must match the reference on each "
+                        "(a model whose If branches or output lengths follow the data: give "
+                        "inputs that take each); the arrays' shapes are the shapes tuned. "
+                        "Default: seeded random inputs")
     t.add_argument("--shape", action="append", metavar="NAME=1x128",
                    help="input shape to tune; repeat it, list values (NAME=1,4x128) or give a "
                         "range (NAME=1x16:128:16) to tune several shapes in one run, each in an "
