@@ -44,14 +44,10 @@ import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import numpy as np
-
 from dispatch import blas, graph_cache
 from dispatch.backend import load_registry
 from dispatch.config import Config
 from dispatch.errors import ArgumentError, OpDispatchError
-from dispatch.executor import Executor
-from dispatch.feeds import check_feeds
 from dispatch.graph import Graph
 from dispatch.heuristic import heuristic_plan
 from dispatch.onnx_import import ModelLike
@@ -65,7 +61,6 @@ from dispatch.plan_policy import (
     unavailable_backends,
 )
 from dispatch.registry import REFERENCE_BACKEND, STANDARD, Registry
-from dispatch.subgraph import data_decides
 from tuner import busy
 from tuner.candidates import Candidate, enumerate_candidates
 from tuner.fingerprint import (
@@ -75,14 +70,15 @@ from tuner.fingerprint import (
     software_digest,
     usable_cores,
 )
-from tuner.measure import Measurement, capture_values, reference_overrides
+from tuner.measure import Measurement, reference_overrides
 from tuner.nonfinite import nonfinite_winner
 from tuner.optimize import Choice, Problem, Solution, evaluate, optimize
 from tuner.store import PlanStore, StoreWriteError
 from tuner.throughput import THROUGHPUT_SHARE, ThroughputStage
 from tuner.tune_measure import _conversion_costs, _measure_all
 from tuner.tune_types import NOISY_SPREAD, PlanCandidate, TuneOptions, TuneResult, TuningError
-from tuner.validate import BUDGET_SKIP, UNTUNED, _random_feeds, _validate, _winner
+from tuner.tuning_inputs import captured_values, checked_inputs, reference_outputs
+from tuner.validate import BUDGET_SKIP, UNTUNED, _validate, _winner
 
 
 class _GuardedStore:
@@ -285,25 +281,6 @@ def _alternative_problems(problem: Problem, best: Solution, k: int) -> list[Prob
 # ------------------------------------------------------------------------------------------
 
 
-#: further random inputs every validated plan of a model with dynamic values must match the
-#: reference on (an If's branch, a NonZero's output length follow the data)
-EXTRA_CHECK_INPUTS = 3
-
-
-def _tuning_inputs(graph: Graph, opts: TuneOptions) -> list[dict[str, np.ndarray]]:
-    """``opts.inputs`` checked against ``graph``'s inputs (names, dtypes and the shapes being
-    tuned), else one set of seeded random inputs."""
-    if not opts.inputs:
-        return [_random_feeds(graph, opts.seed)]
-    out = []
-    for k, given in enumerate(opts.inputs):
-        try:
-            out.append(check_feeds(graph, given))
-        except OpDispatchError as exc:
-            raise TuningError(f"tuning input {k + 1} of {len(opts.inputs)}: {exc}") from None
-    return out
-
-
 def objective_key(opts: TuneOptions) -> str:
     """The objective as it appears in plan keys, e.g. ``latency``, ``latency@cap=1000000`` or
     ``throughput@n=4,p99=50`` (a throughput objective without a concurrency: one request in
@@ -435,16 +412,8 @@ def _tune(
     start = deadline - opts.budget_s
     stage_s: dict[str, float] = {}
     t_stage = time.monotonic()
-    tuning_inputs = _tuning_inputs(graph, opts)
-    captured = None
-    if data_decides(graph):
-        try:
-            captured = capture_values(graph, registry, tuning_inputs[0])
-        except Exception as exc:  # random data the model cannot run on (an If on a rate)
-            say(f"the dynamic values could not be computed from the "
-                f"{'given' if opts.inputs else 'random'} tuning inputs ({type(exc).__name__}: "
-                f"{str(exc)[:200]}); their candidates are not measured"
-                + ("" if opts.inputs else "; give representative inputs (--inputs FILE.npz)"))
+    tuning_inputs = checked_inputs(graph, opts)
+    captured = captured_values(graph, registry, tuning_inputs[0], opts, say)
     ms = _measure_all(registry, cands, first, store, hw, sw, opts,
                       start + MEASURE_SHARE * opts.budget_s, captured)
     stage_s["measure_s"] = time.monotonic() - t_stage
@@ -533,27 +502,7 @@ def _tune(
     plans = _validation_order(plans)
 
     reference_plan = heuristic_plan(graph, registry, [REFERENCE_BACKEND], overrides=reference_overrides(graph, registry))
-    feeds = tuning_inputs[0]
-    reference_ex = Executor(graph, reference_plan, registry)
-    try:
-        reference = reference_ex.run(feeds)
-    except Exception as exc:
-        raise TuningError(
-            f"the reference plan cannot run the {'first given' if opts.inputs else 'random'} "
-            f"tuning input ({type(exc).__name__}: {exc})"
-            + ("" if opts.inputs else "; the model needs meaningful inputs: give representative "
-               "ones (opdispatch tune --inputs FILE.npz, Session.tune(inputs=[...]))")) from exc
-    extras = list(tuning_inputs[1:])
-    if data_decides(graph) and not opts.inputs:  # branches, lengths follow the data
-        extras = [_random_feeds(graph, opts.seed + k) for k in range(1, EXTRA_CHECK_INPUTS + 1)]
-    more = []
-    for extra in extras:
-        try:
-            more.append((extra, reference_ex.run(extra)))
-        except Exception as exc:
-            if opts.inputs:
-                raise TuningError(f"the reference plan cannot run tuning input "
-                                  f"{len(more) + 2} ({type(exc).__name__}: {exc})") from exc
+    feeds, reference, more = reference_outputs(graph, registry, reference_plan, tuning_inputs, opts)
     t_stage = time.monotonic()
     _validate(graph, registry, plans, feeds, reference, opts.validate_runs, deadline,
               grace_s=0.05 * opts.budget_s, say=say, more=more)
