@@ -35,6 +35,14 @@ UNSUPPORTED_OPS: dict[str, str] = {
     "BitShift": "never offered to OpenVINO, whose shifts are not ONNX's (measured with OpenVINO "
     "2026.4: uint8 255 << 2 saturates to 255, not 252; uint32 (2**32 - 1) >> 1 gives 0, not "
     "2**31 - 1)",
+    "Loop": "never offered to OpenVINO, whose compiled Loop keeps the previous run's results "
+    "(measured with OpenVINO 2026.4: a zero-iteration run returned the last run's scan "
+    "outputs, shape and data; tests/models/wild/constructs.py)",
+    "Scan": "never offered to OpenVINO: its Scan is the same TensorIterator as Loop, whose "
+    "compiled form kept a previous run's results (measured with OpenVINO 2026.4)",
+    "If": "never offered to OpenVINO, which rejects the If models exported in practice "
+    "(measured with OpenVINO 2026.4 on silero-vad: 'input data tensor's rank has to be "
+    "known (static)' inside its branches) and returned stale results in a Loop's nested If",
     "LpNormalization": "never offered to OpenVINO, whose LpNormalization adds an epsilon to the "
     "norm (measured with OpenVINO 2026.4: -0.998 for -1 where the norm is ~0.05, and x / eps "
     "where the float32 norm is 0, ONNX's 0)",
