@@ -38,6 +38,7 @@ MODULES = (
     "eye_like",
     "detection",
     "control_flow",
+    "recurrent",
 )
 
 
