@@ -126,6 +126,9 @@ def openvino_reason(node: Node) -> str | None:
             return why
     if node.op_type == "SpaceToDepth" and node.opset >= 28 and node.attr("mode", "DCR") == "CRD":
         return "OpenVINO's SpaceToDepth ignores mode CRD (measured: it gives the DCR order)"
+    if node.op_type == "LSTM" and node.input(7) is not None:
+        return ("OpenVINO's ONNX frontend drops an LSTM's peepholes P (measured with OpenVINO "
+                "2026.4: P missing from the compiled model's inputs, errors up to 0.33)")
     if node.op_type == "Einsum":
         eq = str(node.attr("equation", "")).replace(" ", "")
         if "->" not in eq and any(len(set(t)) < len(t.replace("...", "")) for t in eq.split(",")):
