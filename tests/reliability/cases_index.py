@@ -339,3 +339,10 @@ def eye_like_cases(op: str, edge: str) -> list[Case]:
             attrs = {"k": k} if dtype is None else {"k": k, "dtype": dtype}
             out.append(b.done(b.op_(op, [b.x(shape)], **attrs)))
     return out
+
+
+# the data-dependent and control-flow operators' builders live in their own module; importing
+# it registers them, and their documented differences join these
+from tests.reliability import cases_dynamic as _cases_dynamic  # noqa: E402
+
+DIFFERENCES.update(_cases_dynamic.DIFFERENCES)

@@ -192,8 +192,11 @@ REFUSALS: dict[tuple[str, str], str] = {
     # odd_channels case has such a C
     ("*.onednn.nchw8c*", "odd_channels"): r"f\(0\) != 0 in nchw8c needs whole channel blocks",
     ("*.onednn.nchw16c*", "odd_channels"): r"f\(0\) != 0 in nchw16c needs whole channel blocks",
-    # ops OpenVINO computes differently on every input (impls.openvino.region.UNSUPPORTED_OPS)
-    ("Region.openvino.compiled", "*"): r"never offered to OpenVINO",
+    # ops OpenVINO computes differently on every input (impls.openvino.region.UNSUPPORTED_OPS),
+    # and ops whose outputs' shapes the data decides (NonZero, Unique, Compress,
+    # NonMaxSuppression): OpenVINO's compiled models need static shapes
+    ("Region.openvino.compiled", "*"): r"never offered to OpenVINO|has a shape known only at "
+                                       r"run time, and Region\.openvino\.compiled needs static shapes",
     # and onnxruntime (impls.region_quirks: MeanVarianceNormalization without ONNX's epsilon)
     ("Region.onnxruntime.session*", "*"): r"never offered to onnxruntime",
 }
