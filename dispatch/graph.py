@@ -33,15 +33,13 @@ class Value:
     shape: tuple[int, ...] | None
     dtype: np.dtype | None
     const: np.ndarray | None = None
+    #: whether the shape is known only when the model runs (``shape`` is then ``None``; set
+    #: by :func:`dispatch.shape_folding.fill_node`), as opposed to not yet inferred
+    dynamic: bool = False
 
     @property
     def is_const(self) -> bool:
         return self.const is not None
-
-    @property
-    def dynamic(self) -> bool:
-        """Whether the shape is known only when the model runs (a dynamic value)."""
-        return self.shape is None
 
     @property
     def rank(self) -> int:

@@ -214,8 +214,10 @@ def _mark_dynamic(node: Node, graph: Graph | None, why: str,
                 f"neither the shape nor the element type of {out.name!r} (output {k} of node "
                 f"{node.name!r}, {node.op_type}) could be inferred; its shape is known only at "
                 f"run time ({why}), but its element type must be known when the model loads")
-        if out.shape is None and graph is not None:
-            graph.dynamic[out.name] = f"node {node.name!r} ({node.op_type}): {why}"
+        if out.shape is None:
+            out.dynamic = True
+            if graph is not None:
+                graph.dynamic[out.name] = f"node {node.name!r} ({node.op_type}): {why}"
     return 0
 
 

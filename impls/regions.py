@@ -30,12 +30,11 @@ def static_node_reason(node: Node, *, dynamic_ok: bool = False) -> str | None:
     time are accepted: the region model declares them open."""
     if node.domain not in ("", "ai.onnx"):
         return f"domain {node.domain!r} is not a standard ONNX domain"
-    for v in [*node.inputs, *node.outputs]:
-        if v is None:
-            continue
-        if v.dtype is None:
-            return f"{v.name} has no dtype"
-        if v.shape is None and not dynamic_ok:
+    for v in node.inputs:
+        if v is not None and (v.dtype is None or (v.shape is None and not dynamic_ok)):
+            return f"{v.name} has no static shape or dtype"
+    for v in node.outputs:  # (before the load-time passes, unknown is not yet dynamic)
+        if v.dynamic and not dynamic_ok:
             return f"{v.name} has a shape known only at run time"
     return None
 

@@ -76,7 +76,7 @@ def test_every_op_it_accepts_matches_the_reference(reg, op):
     """Each node of the op's cases is a single-node OpenVINO region that matches the numpy
     reference within the op tolerance (the tuner's check), or the tuner records why OpenVINO
     refused it; an op of ``UNSUPPORTED_OPS`` is refused on every case."""
-    ran = 0
+    ran = dynamic = 0
     for case in cases(op, "odd_channels")[:CASES_PER_OP]:
         graph = import_model(case.model)
         ov = _ov_candidates(reg, graph)
@@ -84,8 +84,12 @@ def test_every_op_it_accepts_matches_the_reference(reg, op):
         rejected = _ov_rejections(reg, graph)
         for node in graph.nodes:
             if node.name not in singles:
-                assert any("OpenVINO" in r for r in rejected.get(node.name, [])), (
+                why = rejected.get(node.name, [])
+                assert any("openvino" in r.lower() for r in why), (
                     f"{node.name} neither offered to OpenVINO nor refused with a reason")
+                # OpenVINO regions hold static shapes only: a node whose output the data
+                # sizes (NonZero, Unique, a Loop's scan outputs) is refused for that
+                dynamic += any("known only at run time" in r for r in why)
         for cand in ov:
             error = _measure(reg, cand)
             assert error is None, (case.id, cand.id, error)
@@ -93,7 +97,7 @@ def test_every_op_it_accepts_matches_the_reference(reg, op):
     if op in UNSUPPORTED_OPS or (op in OPENVINO_AVX512_REFUSED and has_avx512()):
         assert not ran, f"{op} is listed as never offered to OpenVINO but a case ran"
         return
-    assert ran, f"no {op} case ran on OpenVINO"
+    assert ran or dynamic, f"no {op} case ran on OpenVINO"
 
 
 def _single(op, inputs, attrs=None, *, opset=17, n_outputs=1, const=(), shapes, dtypes):

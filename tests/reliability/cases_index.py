@@ -346,3 +346,6 @@ def eye_like_cases(op: str, edge: str) -> list[Case]:
 from tests.reliability import cases_dynamic as _cases_dynamic  # noqa: E402
 
 DIFFERENCES.update(_cases_dynamic.DIFFERENCES)
+from tests.reliability import cases_recurrent as _cases_recurrent  # noqa: E402
+
+DIFFERENCES.update(_cases_recurrent.DIFFERENCES)
