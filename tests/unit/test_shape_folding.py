@@ -16,7 +16,7 @@ from onnx.reference import ReferenceEvaluator
 
 from dispatch import Session, onnx_import, shape_folding
 from dispatch.backend import load_registry
-from dispatch.errors import ModelLoadError, ShapeInferenceError
+from dispatch.errors import ModelLoadError
 from dispatch.onnx_import import import_model
 from dispatch.passes import simplify
 from tests.builders import ModelBuilder
