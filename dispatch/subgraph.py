@@ -20,8 +20,10 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import onnx
+if TYPE_CHECKING:  # onnx is not imported on a start from the caches (issue 13)
+    import onnx
 
 #: operators whose bodies are subgraphs
 CONTROL_FLOW_OPS = frozenset({"If", "Loop", "Scan"})
@@ -84,6 +86,8 @@ def outer_names(graph: onnx.GraphProto) -> list[str]:
 
 
 def _bodies(a: onnx.AttributeProto) -> list[onnx.GraphProto]:
+    import onnx
+
     if a.type == onnx.AttributeProto.GRAPH:
         return [a.g]
     if a.type == onnx.AttributeProto.GRAPHS:
