@@ -9,6 +9,7 @@ reader (buffer reuse by liveness: the allocator gets the memory back as soon as 
 
 from __future__ import annotations
 
+import contextvars
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -28,6 +29,13 @@ from dispatch.registry import REFERENCE_BACKEND, STANDARD, Registry
 
 if TYPE_CHECKING:
     from dispatch.stream_pool import StreamPool
+
+#: seconds per backend, accumulated by every run in this context while it holds a dict: each
+#: call's wall time is added under its backend (``"conversion"`` for layout conversions). A
+#: server sets it around a request to export the time spent in each backend; unset, runs are
+#: not timed.
+BACKEND_SECONDS: contextvars.ContextVar[dict[str, float] | None] = contextvars.ContextVar(
+    "opdispatch_backend_seconds", default=None)
 
 
 @dataclass
@@ -344,6 +352,10 @@ class Executor:
         infinity is run by the fallback plan's executor instead (built on first use; its
         ``timings`` are then those of the fallback's calls).
         """
+        if timings is None:
+            per_backend = BACKEND_SECONDS.get()
+            if per_backend is not None:
+                return self._run_by_backend(feeds, output_names, per_backend, on_fault)
         guard = self.guard
         if guard is not None and guard.needed(feeds):
             # NaN/Inf in the inputs: the plan that agrees with the reference answers
@@ -355,6 +367,21 @@ class Executor:
             return self._run(feeds, output_names, timings, on_fault)
         finally:
             blas.leave(token)
+
+    def _run_by_backend(self, feeds: Mapping[str, np.ndarray], output_names: Sequence[str] | None,
+                        per_backend: dict[str, float],
+                        on_fault: Callable[[KernelError], None] | None) -> list[np.ndarray]:
+        """:meth:`run`, each call's time added to ``per_backend`` (:data:`BACKEND_SECONDS`)."""
+        guard = self.guard
+        if guard is not None and guard.needed(feeds):
+            return guard.executor().run(feeds, output_names, on_fault=on_fault)
+        timings: list[float] = []
+        try:
+            return self.run(feeds, output_names, timings=timings, on_fault=on_fault)
+        finally:
+            for call, seconds in zip(self.calls, timings):
+                backend = call.backend if call.kind == "kernel" else "conversion"
+                per_backend[backend] = per_backend.get(backend, 0.0) + seconds
 
     def _run(
         self,

@@ -307,6 +307,7 @@ def build_parser() -> argparse.ArgumentParser:
     from dispatch.zoo import LIGHT_MODELS
     from tuner.cli.plans import add_parser as add_plans_parser
     from tuner.cli.reports import add_parsers as add_report_parsers
+    from tuner.cli.serve import add_parser as add_serve_parser
 
     p = argparse.ArgumentParser(prog="opdispatch", description="Tuning-driven operator dispatcher for ONNX models.")
     from dispatch import __version__
@@ -404,6 +405,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_plans_parser(sub)
     add_report_parsers(sub)
+    add_serve_parser(sub)
 
     e = sub.add_parser("example", help="write an example model (onnx's light architectures, random weights)")
     e.add_argument("name", choices=LIGHT_MODELS)

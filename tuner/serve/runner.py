@@ -1,0 +1,342 @@
+"""One served model: its stored plan loaded and run once, requests admitted up to a bound,
+grouped by the dynamic batcher, run on the plan's streams, and counted.
+
+:class:`ModelRunner` knows nothing of HTTP or gRPC: it takes numpy feeds and gives numpy
+outputs, and says what went wrong with the exceptions below, which the protocol layer
+(:mod:`tuner.serve.oip_model`) turns into status codes:
+
+- :class:`InvalidRequest`: the client's mistake (an unknown or missing input, a wrong dtype or
+  shape, an input shape no plan is stored for): HTTP 400 / gRPC INVALID_ARGUMENT;
+- :class:`Overloaded`: the bounded queue is full, or the model is shutting down: 503 /
+  UNAVAILABLE, to be retried;
+- :class:`ModelUnavailable`: the model is not ready (no plan for this machine, ...), with why.
+
+Readiness: a model is ready once the plan stored for this machine, for each shape it serves,
+was loaded and ran once on zeros. Without one it is not ready, and :attr:`ModelRunner.reason`
+says why (``allow_untuned`` serves the untuned plan instead, and the metadata says so).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from dispatch.errors import ArgumentError, FeedError, OpDispatchError, PlanNotFoundError
+from dispatch.executor import BACKEND_SECONDS
+from dispatch.feeds import check_declared_feeds
+from dispatch.session_batch import batch_dimension
+from tuner.serve import metrics
+from tuner.serve.batcher import DynamicBatcher, Queued
+from tuner.serve.repository import ModelSpec
+
+
+class ServeError(OpDispatchError):
+    """A request the model could not answer (subclasses say whose fault it is)."""
+
+
+class InvalidRequest(ServeError):
+    """The request itself is wrong: names, dtypes, shapes (HTTP 400)."""
+
+
+class Overloaded(ServeError):
+    """The model's queue is full, or it is draining for shutdown (HTTP 503: retry)."""
+
+
+class ModelUnavailable(ServeError):
+    """The model is not ready; the message says why (HTTP 503)."""
+
+
+#: candidate batch sizes probed for a stored plan (besides ``max_batch_size`` itself)
+_PROBED_SIZES = (2, 4, 8, 16, 32, 64)
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """An input or output as the metadata endpoint shows it (``-1``: a symbolic dimension;
+    ``shape`` ``None``: the rank is unknown)."""
+
+    name: str
+    dtype: np.dtype
+    shape: list[int] | None
+
+
+class ModelRunner:
+    """Serves one model (see the module docstring).
+
+    Args:
+        spec: the model, its file and its settings.
+        store: the plan store path (``None``: the configured one).
+    """
+
+    def __init__(self, spec: ModelSpec, store: str | None = None) -> None:
+        self.spec = spec
+        self.name = spec.name
+        self.store = store
+        self.ready = False
+        self.reason = "not loaded yet"
+        self.session: Any = None
+        self.inputs: list[TensorInfo] = []
+        self.outputs: list[TensorInfo] = []
+        #: what the model's metadata says about its plan (plan id, objective, fingerprint, ...)
+        self.plan_info: dict[str, Any] = {}
+        self.batch_sizes: list[int] = [1]
+        self.workers = 1
+        self._admitted = 0
+        self._draining = False
+        self._pool: ThreadPoolExecutor | None = None
+        self._batcher: DynamicBatcher | None = None
+
+    # -- loading -----------------------------------------------------------------------------
+    def load(self) -> bool:
+        """Load the plan and run it once per served shape; never raises: a model that cannot
+        be served is not ready and :attr:`reason` says why."""
+        try:
+            self._load()
+            self.ready, self.reason = True, ""
+        except Exception as exc:
+            self.ready = False
+            self.reason = str(exc) if isinstance(exc, OpDispatchError) else f"{type(exc).__name__}: {exc}"
+        metrics.READY.labels(self.name).set(int(self.ready))
+        return self.ready
+
+    def _load(self) -> None:
+        from dispatch.session import Session
+
+        settings = self.spec.settings
+        session = Session(str(self.spec.path), store=self.store, objective=settings.objective,
+                          require_plan=not settings.allow_untuned)
+        self.session = session
+        self.inputs = [TensorInfo(d.name, np.dtype(d.dtype),
+                                  None if d.dims is None else [-1 if not isinstance(x, int) else x
+                                                               for x in d.dims])
+                       for d in session.declared]
+        self.outputs = _declared_outputs(self.spec.path)
+        base = self._served_shapes()
+        self.plan_info = {"objective": settings.objective, "untuned": settings.allow_untuned,
+                          "model_file": str(self.spec.path)}
+        if base is None:  # allow_untuned, symbolic inputs, no shapes named: planned per shape
+            self.plan_info.update(plan_source="deferred", plan_note=session.plan_note)
+        else:
+            served = self._warm(base)
+            self.plan_info.update(served)
+        self._pool = ThreadPoolExecutor(max_workers=self.workers,
+                                        thread_name_prefix=f"opdispatch-{self.name}")
+        if len(self.batch_sizes) > 1:
+            self._batcher = DynamicBatcher(self._run_group, self.batch_sizes,
+                                           settings.max_queue_delay_ms / 1000.0)
+
+    def _served_shapes(self) -> dict[str, tuple[int, ...]] | None:
+        """The input shapes served at batch 1: the settings', else the model's static ones."""
+        shapes = dict(self.spec.settings.shapes)
+        declared = {d.name: d for d in self.session.declared}
+        unknown = sorted(set(shapes) - set(declared))
+        if unknown:
+            raise ArgumentError(f"shapes names unknown input(s) {', '.join(unknown)}; the "
+                                f"inputs are {', '.join(declared)}")
+        for name, d in declared.items():
+            if name in shapes:
+                continue
+            if d.dims is not None and all(isinstance(x, int) for x in d.dims):
+                shapes[name] = tuple(d.dims)
+            elif self.spec.settings.allow_untuned:
+                return None
+            else:
+                dims = ", ".join(str(x) for x in d.dims or ())
+                raise ArgumentError(
+                    f"input {name!r} has symbolic dimensions [{dims}]: name the shapes to serve "
+                    f"(config.toml: shapes = {{ {name} = [1, ...] }}, or --shape {name}=1x...) and "
+                    f"tune the model for them")
+        return shapes
+
+    def _warm(self, base: Mapping[str, tuple[int, ...]]) -> dict[str, Any]:
+        """Load the plan of ``base`` (and of each batch size stored), run each once on zeros;
+        returns the plan's metadata."""
+        settings = self.spec.settings
+        try:
+            first = self.session.for_shapes(base)
+        except PlanNotFoundError:
+            if settings.tune_budget_s is None:
+                raise
+            self._tune(base)
+            first = self.session.for_shapes(base)
+        self._run_zeros(first, base)
+        plan = first.plan
+        config = plan.serving_config()
+        self.workers = max(1, config.requests) if config is not None else 1
+        key = first.plan_key
+        info: dict[str, Any] = {
+            "plan_source": first.plan_source,
+            "plan_note": first.plan_note,
+            "plan_id": key.digest()[:16] if key is not None else None,
+            "hardware": _hardware_digest(key),
+            "serving": plan.serving,
+            "shapes": {k: list(v) for k, v in base.items()},
+            "concurrency": self.workers,
+        }
+        sizes = [1]
+        if (settings.max_batch_size > 1 and batch_dimension(self.session.declared) is not None
+                and all(s[0] == 1 for s in base.values())):
+            for size in sorted({*(s for s in _PROBED_SIZES if s < settings.max_batch_size),
+                                settings.max_batch_size}):
+                shapes = {k: (size, *v[1:]) for k, v in base.items()}
+                try:
+                    sized = self.session.for_shapes(shapes)
+                except PlanNotFoundError:
+                    continue
+                if sized.plan_source == "store" or settings.allow_untuned:
+                    self._run_zeros(sized, shapes)
+                    sizes.append(size)
+        self.batch_sizes = sizes
+        info["batch_sizes"] = sizes
+        return info
+
+    def _tune(self, shapes: Mapping[str, tuple[int, ...]]) -> None:
+        """No plan for this machine and ``tune_budget_s`` set: tune ``shapes`` into the store."""
+        from dispatch.session import Session
+
+        settings = self.spec.settings
+        Session(str(self.spec.path), store=self.store, objective=settings.objective,
+                input_shapes=shapes).tune(budget_s=settings.tune_budget_s)
+        self.session = Session(str(self.spec.path), store=self.store,
+                               objective=settings.objective, require_plan=True)
+
+    @staticmethod
+    def _run_zeros(session: Any, shapes: Mapping[str, tuple[int, ...]]) -> None:
+        feeds = {d.name: np.zeros(shapes[d.name], dtype=d.dtype) for d in session.declared}
+        session.run(None, feeds)
+
+    # -- serving -------------------------------------------------------------------------------
+    async def infer(self, feeds: Mapping[str, Any],
+                    output_names: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+        """Run one request; returns ``{output name: array}`` (all outputs, or those named)."""
+        if not self.ready:
+            raise ModelUnavailable(f"model {self.name!r} is not ready: {self.reason}")
+        limit = self.spec.settings.max_queue
+        if self._draining or self._admitted >= limit:
+            metrics.REQUESTS.labels(self.name, "rejected").inc()
+            why = ("it is shutting down" if self._draining else
+                   f"{self._admitted} requests are admitted already (max_queue = {limit})")
+            raise Overloaded(f"model {self.name!r} cannot take the request now: {why}; retry later")
+        self._admitted += 1
+        metrics.IN_FLIGHT.labels(self.name).inc()
+        admitted_at = time.perf_counter()
+        outcome = "failed"
+        try:
+            checked, names = self._check(feeds, output_names)
+            if self._batcher is not None and all(a.shape[:1] == (1,) for a in checked.values()):
+                outputs = await self._batcher.submit(checked)
+            else:
+                loop = asyncio.get_running_loop()
+                outputs = await loop.run_in_executor(self._pool, self._run_one, checked,
+                                                     admitted_at)
+            outcome = "ok"
+            by_name = dict(zip((o.name for o in self.outputs), outputs))
+            return {n: by_name[n] for n in names}
+        except (FeedError, ArgumentError, PlanNotFoundError) as exc:
+            outcome = "invalid"
+            raise InvalidRequest(f"model {self.name!r}: {exc}") from None
+        finally:
+            self._admitted -= 1
+            metrics.IN_FLIGHT.labels(self.name).dec()
+            metrics.REQUESTS.labels(self.name, outcome).inc()
+            metrics.REQUEST_SECONDS.labels(self.name).observe(time.perf_counter() - admitted_at)
+
+    def _check(self, feeds: Mapping[str, Any], output_names: Sequence[str] | None
+               ) -> tuple[dict[str, np.ndarray], list[str]]:
+        checked = check_declared_feeds(self.session.declared, feeds)
+        known = [o.name for o in self.outputs]
+        if not output_names:
+            return checked, known
+        unknown = [n for n in output_names if n not in known]
+        if unknown:
+            raise FeedError(f"unknown output(s) {unknown}; the outputs are {known}")
+        return checked, list(output_names)
+
+    def _run_one(self, feeds: Mapping[str, np.ndarray], admitted_at: float) -> list[np.ndarray]:
+        metrics.QUEUE_SECONDS.labels(self.name).observe(time.perf_counter() - admitted_at)
+        metrics.BATCH_SIZE.labels(self.name).observe(1)
+        with _backend_timing(self.name):
+            return self.session.run(None, feeds)
+
+    def _run_batch(self, group: Sequence[Queued]) -> list[Any]:
+        now = time.perf_counter()
+        for item in group:
+            metrics.QUEUE_SECONDS.labels(self.name).observe(now - item.queued_at)
+        metrics.BATCH_SIZE.labels(self.name).observe(len(group))
+        with _backend_timing(self.name):
+            return self.session.run_batch([item.feeds for item in group])
+
+    async def _run_group(self, group: Sequence[Queued]) -> None:
+        loop = asyncio.get_running_loop()
+        results = await loop.run_in_executor(self._pool, self._run_batch, group)
+        for item, result in zip(group, results):
+            if item.future.done():
+                continue
+            if isinstance(result, Exception):
+                item.future.set_exception(result)
+            else:
+                item.future.set_result(result)
+
+    async def drain(self, grace_s: float = 30.0) -> None:
+        """Stop admitting requests, answer those admitted (up to ``grace_s``), release the
+        threads."""
+        self._draining = True
+        if self._batcher is not None:
+            await self._batcher.drain()
+        deadline = time.monotonic() + grace_s
+        while self._admitted and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=False)
+        self.ready = False
+        self.reason = "shut down"
+        metrics.READY.labels(self.name).set(0)
+
+
+class _backend_timing:
+    """Collect the time of every executor call made inside it, per backend, into the
+    ``opdispatch_backend_seconds_total`` counter."""
+
+    def __init__(self, model: str) -> None:
+        self.model = model
+        self.seconds: dict[str, float] = {}
+
+    def __enter__(self) -> _backend_timing:
+        self._token = BACKEND_SECONDS.set(self.seconds)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        BACKEND_SECONDS.reset(self._token)
+        for backend, seconds in self.seconds.items():
+            metrics.BACKEND_SECONDS.labels(self.model, backend).inc(seconds)
+
+
+def _hardware_digest(key: Any) -> str | None:
+    """The hardware fingerprint's digest of a plan key (what a plan was tuned for)."""
+    if key is None:
+        return None
+    from tuner.fingerprint import hardware_digest
+
+    return hardware_digest(key.hardware)[:16]
+
+
+def _declared_outputs(path: Any) -> list[TensorInfo]:
+    """The model's outputs as its file declares them (symbolic dimensions as -1)."""
+    import onnx
+    from onnx import helper
+
+    model = onnx.load(str(path), load_external_data=False)
+    infos = []
+    for out in model.graph.output:
+        tensor = out.type.tensor_type
+        dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tensor.elem_type))
+        shape = ([d.dim_value if d.HasField("dim_value") else -1 for d in tensor.shape.dim]
+                 if tensor.HasField("shape") else None)
+        infos.append(TensorInfo(out.name, dtype, shape))
+    return infos

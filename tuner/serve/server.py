@@ -1,0 +1,231 @@
+"""The server: ``kserve``'s ``ModelServer`` (HTTP/REST on uvicorn and FastAPI, gRPC on grpcio,
+the Open Inference Protocol's endpoints, Prometheus' ``/metrics``), bound to the address the
+user names (loopback by default: the framework itself listens on every address), with:
+
+- a request body limit on HTTP (413 with the sizes; gRPC's ``max_receive_message_length`` is set
+  to the same) so that an oversized body is refused before it is read into memory;
+- model readiness that says why (``GET /v2/models/NAME/ready`` answers 503 with the reason, a
+  missing plan for this machine for instance) and model metadata that names the plan
+  (``GET /v2/models/NAME``: the protocol's fields plus ``parameters`` with the plan id,
+  objective, hardware fingerprint, serving configuration and batch sizes; over gRPC the
+  protocol's fields only);
+- every model registered, ready or not (the framework registers only ready ones, so that a
+  model without a plan would be "not found" instead of "not ready, because ...");
+- graceful shutdown (SIGTERM, SIGINT): new requests are refused with 503, those in flight are
+  answered (uvicorn's and grpcio's grace periods), then the model threads are released.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from tuner.serve.runner import ModelRunner
+
+#: the ``platform`` the model metadata names
+PLATFORM = "opdispatch_onnx"
+
+
+@contextlib.contextmanager
+def _own_argv() -> Iterator[None]:
+    """kserve's ``model_server`` module parses ``sys.argv`` when imported: hide ours."""
+    saved = sys.argv
+    sys.argv = saved[:1]
+    try:
+        yield
+    finally:
+        sys.argv = saved
+
+
+def _framework() -> Any:
+    with _own_argv():
+        import kserve.model_server as framework
+    return framework
+
+
+class BodyLimit:
+    """ASGI middleware: refuse an HTTP request whose body is over ``max_bytes`` (413), whether
+    it declares its length or streams it in chunks, before the application sees it."""
+
+    def __init__(self, app: Any, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers") or [])
+        declared = headers.get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            await self._refuse(send, f"a body of {int(declared)} bytes")
+            return
+        body = bytearray()
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return  # the client went away
+            body += message.get("body", b"")
+            if len(body) > self.max_bytes:
+                await self._refuse(send, f"a body of more than {len(body)} bytes")
+                return
+            if not message.get("more_body"):
+                break
+        sent = False
+
+        async def replay() -> dict:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": bytes(body), "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+    async def _refuse(self, send: Any, what: str) -> None:
+        import orjson
+
+        payload = orjson.dumps({"error": f"request refused: {what}, over the server's limit of "
+                                         f"{self.max_bytes} bytes (--max-body-mb)"})
+        await send({"type": "http.response.start", "status": 413,
+                    "headers": [(b"content-type", b"application/json"),
+                                (b"content-length", str(len(payload)).encode())]})
+        await send({"type": "http.response.body", "body": payload})
+
+
+def _add_routes(app: Any, models: dict[str, Any]) -> None:
+    """Readiness with the reason, and metadata with the plan (registered before the
+    framework's routes, so they answer first). Each model says what it is with an awaitable
+    ``describe()`` (:meth:`tuner.serve.oip_model.OpdispatchModel.describe`)."""
+    from fastapi.responses import ORJSONResponse
+
+    def unknown(name: str) -> ORJSONResponse:
+        return ORJSONResponse(status_code=404, content={
+            "error": f"Model with name {name} does not exist; served models: "
+                     f"{', '.join(sorted(models)) or '(none)'}"})
+
+    async def model_ready(model_name: str) -> ORJSONResponse:
+        model = models.get(model_name)
+        if model is None:
+            return unknown(model_name)
+        described = await model.describe()
+        if not described["ready"]:
+            return ORJSONResponse(status_code=503, content={
+                "name": model_name, "ready": False,
+                "error": f"Model with name {model_name} is not ready: {described['reason']}"})
+        return ORJSONResponse({"name": model_name, "ready": True})
+
+    async def model_metadata(model_name: str) -> ORJSONResponse:
+        model = models.get(model_name)
+        if model is None:
+            return unknown(model_name)
+        d = await model.describe()
+        return ORJSONResponse({
+            "name": model_name, "versions": [d["version"]] if d["version"] else [],
+            "platform": PLATFORM, "inputs": d["inputs"], "outputs": d["outputs"],
+            "parameters": {"ready": d["ready"], "reason": d["reason"], **d["plan"]},
+        })
+
+    async def malformed(_request: Any, exc: Any) -> ORJSONResponse:
+        first = (exc.errors() or [{}])[0]
+        return ORJSONResponse(status_code=400, content={
+            "error": f"malformed request: {first.get('msg', 'not an inference request')} at "
+                     f"{'/'.join(map(str, first.get('loc', ())))}; an Open Inference Protocol "
+                     f"request is JSON: {{\"inputs\": [{{\"name\", \"datatype\", \"shape\", "
+                     f"\"data\"}}]}}"})
+
+    from fastapi.exceptions import RequestValidationError
+
+    app.add_exception_handler(RequestValidationError, malformed)
+    app.add_api_route("/v2/models/{model_name}/ready", model_ready, methods=["GET"])
+    app.add_api_route("/v2/models/{model_name}", model_metadata, methods=["GET"])
+
+
+def serve(runners: Sequence[ModelRunner], *, host: str = "127.0.0.1", http_port: int = 8080,
+          grpc_port: int | None = 8081, max_body_bytes: int = 64 << 20,
+          grace_s: float = 30.0,
+          on_loaded: Callable[[Sequence[ModelRunner]], None] | None = None) -> None:
+    """Load every model (each one's plan loaded and run once) and serve them until SIGTERM or
+    SIGINT (see the module docstring). Blocks."""
+    from tuner.serve.oip_model import OpdispatchModel
+
+    models = [OpdispatchModel(r) for r in runners]
+    for model in models:
+        model.load()
+    if on_loaded is not None:
+        on_loaded(runners)
+    try:
+        serve_models(models, host=host, http_port=http_port, grpc_port=grpc_port,
+                     max_body_bytes=max_body_bytes, grace_s=grace_s,
+                     on_stop=lambda: [setattr(r, "_draining", True) for r in runners])
+    finally:
+        for runner in runners:
+            if runner._pool is not None:
+                runner._pool.shutdown(wait=True)
+
+
+def serve_models(models: Sequence[Any], *, host: str, http_port: int, grpc_port: int | None,
+                 max_body_bytes: int, grace_s: float,
+                 on_stop: Callable[[], Any] | None = None) -> None:
+    """Serve ``models`` (``kserve`` models with an awaitable ``describe()``: local ones or
+    Ray Serve deployments) over HTTP and gRPC on ``host`` until SIGTERM or SIGINT. Blocks."""
+    framework = _framework()
+    from kserve.protocol.grpc import server as grpc_server
+    from kserve.protocol.grpc.server import GRPCServer
+    from kserve.protocol.rest.server import RESTServer
+
+    app = framework.app
+    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+    _add_routes(app, {m.name: m for m in models})
+
+    class HostGRPCServer(GRPCServer):
+        async def start(self, max_workers: int) -> None:
+            from concurrent import futures
+
+            from grpc import aio
+
+            servicer = grpc_server.InferenceServicer(self._data_plane,
+                                                     self._model_repository_extension)
+            self._server = aio.server(
+                futures.ThreadPoolExecutor(max_workers=max_workers),
+                interceptors=(grpc_server.LoggingInterceptor(),
+                              grpc_server.ExceptionToStatusInterceptor()),
+                options=[("grpc.max_send_message_length", max_body_bytes),
+                         ("grpc.max_receive_message_length", max_body_bytes)])
+            grpc_server.grpc_predict_v2_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(
+                servicer, self._server)
+            self._server.add_insecure_port(f"{host}:{grpc_port}")
+            await self._server.start()
+            await self._server.wait_for_termination()
+
+    class Server(framework.ModelServer):
+        def start(self, models: list[Any]) -> None:
+            for model in models:
+                self.register_model(model)
+            rest = RESTServer(framework.FASTAPI_APP_IMPORT_STRING, self.dataplane,
+                              self.model_repository_extension, self.http_port,
+                              grace_period=self.grace_period, event_loop=self.event_loop,
+                              timeout_keep_alive=self.timeout_keep_alive)
+            rest.config.host = host
+            self._rest_server = rest
+            self.servers.append(rest.start())
+            if self.enable_grpc:
+                self._grpc_server = HostGRPCServer(grpc_port, self.dataplane,
+                                                   self.model_repository_extension, kwargs={},
+                                                   grace_period=self.grace_period)
+                self.servers.append(self._grpc_server.start(self.max_threads))
+            self.setup_event_loop()
+            self.register_signal_handler()
+            asyncio.run(self._serve())
+
+        def stop(self, sig: int) -> None:
+            if on_stop is not None:
+                on_stop()
+            super().stop(sig)
+
+    server = Server(http_port=http_port, grpc_port=grpc_port or 0,
+                    enable_grpc=grpc_port is not None, grace_period=int(grace_s), max_threads=8)
+    server.start(list(models))
