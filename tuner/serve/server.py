@@ -48,7 +48,8 @@ def _framework() -> Any:
 
 class BodyLimit:
     """ASGI middleware: refuse an HTTP request whose body is over ``max_bytes`` (413), whether
-    it declares its length or streams it in chunks, before the application sees it."""
+    it declares its length or streams it in chunks, before the application sees it; and read a
+    POST body without the binary extension's header as the JSON the protocol says it is."""
 
     def __init__(self, app: Any, max_bytes: int) -> None:
         self.app = app
@@ -59,6 +60,13 @@ class BodyLimit:
             await self.app(scope, receive, send)
             return
         headers = dict(scope.get("headers") or [])
+        if (scope.get("method") == "POST" and b"inference-header-content-length" not in headers
+                and headers.get(b"content-type", b"").split(b";")[0] != b"application/json"):
+            # the protocol: a body without the binary extension's header is JSON, whatever its
+            # content type says (Triton's client sends none); the framework reads it as bytes
+            scope = dict(scope, headers=[(k, v) for k, v in scope.get("headers") or []
+                                         if k != b"content-type"]
+                         + [(b"content-type", b"application/json")])
         declared = headers.get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
             await self._refuse(send, f"a body of {int(declared)} bytes")
@@ -91,7 +99,7 @@ class BodyLimit:
         payload = orjson.dumps({"error": f"request refused: {what}, over the server's limit of "
                                          f"{self.max_bytes} bytes (--max-body-mb)"})
         await send({"type": "http.response.start", "status": 413,
-                    "headers": [(b"content-type", b"application/json"),
+                    "headers": [(b"content-type", b"application/json"), (b"connection", b"close"),
                                 (b"content-length", str(len(payload)).encode())]})
         await send({"type": "http.response.body", "body": payload})
 
