@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import dispatch
-from tests.serve.conftest import BERT, BERT_INPUTS, SEQ, bert_feeds, live_server
+from tests.serve.conftest import BERT, BERT_INPUTS, CNN, SEQ, bert_feeds, cnn_feeds, live_server
 
 if importlib.util.find_spec("ray") is None:
     pytest.skip("Ray Serve (the ray extra) is not installed", allow_module_level=True)
@@ -138,3 +138,22 @@ def test_two_replicas_survive_a_killed_replica(ray_cluster, tuned_store, tmp_pat
         result = client.infer(MODEL, _inputs(bert_feeds(0)))
         np.testing.assert_allclose(result.as_numpy("pooler_output"), want, rtol=1e-4, atol=1e-5)
         assert live.stop() == 0
+
+
+def test_fleet_tune_gathers_one_plan_per_node_kind(ray_cluster, tmp_path):
+    from tuner.fingerprint import hardware_digest, hardware_fingerprint
+    from tuner.serve.fleet import fleet_tune
+    from tuner.store import PlanStore
+
+    bundle, kinds = fleet_tune(CNN, budget_s=4, cpus=0.5)
+    here = hardware_digest(hardware_fingerprint())
+    assert [k.digest for k in kinds] == [here]  # one machine: one kind of node
+    assert len(bundle["plans"]) == 1
+    assert hardware_digest(bundle["plans"][0]["key"]["hardware"]) == here
+    store = str(tmp_path / "plans.sqlite")
+    with PlanStore(store) as plans:
+        plans.import_plans(bundle)
+    sess = dispatch.Session(str(CNN), store=store, require_plan=True)
+    assert sess.plan_source == "store"
+    (out,) = sess.run(["pooler_output"], cnn_feeds(0))
+    assert out.shape == (2, 64, 1, 1)

@@ -481,3 +481,7 @@ def add_parser(sub: Any) -> None:
     q.add_argument("--dry-run", action="store_true", help="print what would be removed; remove nothing")
     store_arg(q)
     q.set_defaults(fn=cmd_prune)
+
+    from tuner.cli.serve import add_fleet_parser
+
+    add_fleet_parser(psub)

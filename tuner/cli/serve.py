@@ -64,6 +64,52 @@ def _print_loaded(runners: Any) -> None:
             print(f"  {r.name}: NOT READY: {r.reason}", file=sys.stderr, flush=True)
 
 
+def cmd_fleet_tune(args: argparse.Namespace) -> int:
+    """Tune a model once per node kind of a Ray cluster; one bundle of all the plans."""
+    import json
+    from pathlib import Path
+
+    from tuner.cli.args import parse_shape_sets, regular_file
+
+    model = regular_file(args.model, "model")
+    shape_sets = parse_shape_sets(args.shape or [])
+    if shape_sets == [{}]:
+        shape_sets = []
+    try:
+        from tuner.serve.fleet import fleet_tune
+    except ImportError:
+        raise UsageError("opdispatch plans fleet-tune needs Ray: pip install 'opdispatch[ray]'"
+                         ) from None
+    bundle, kinds = fleet_tune(model, address=args.ray_address, shape_sets=shape_sets,
+                               objective=args.objective, budget_s=args.budget,
+                               cpus=args.cpus)
+    Path(args.output).write_text(json.dumps(bundle, indent=1))
+    print(f"tuned {model.name} on {len(kinds)} kind(s) of node; {len(bundle['plans'])} plan(s) "
+          f"written to {args.output}")
+    for kind in kinds:
+        print(f"  {kind.digest[:16]}: {kind.summary}; {len(kind.nodes)} node(s), tuned on "
+              f"{kind.nodes[0][:12]}")
+    return 0
+
+
+def add_fleet_parser(psub: Any) -> None:
+    """Register ``opdispatch plans fleet-tune`` (under ``plans``)."""
+    q = psub.add_parser("fleet-tune", help="tune a model once per kind of node of a Ray "
+                                           "cluster and write the plans as one bundle")
+    q.add_argument("model", metavar="MODEL.onnx")
+    q.add_argument("-o", "--output", required=True, metavar="BUNDLE.json", help="bundle to write")
+    q.add_argument("--ray-address", default=None,
+                   help="Ray cluster (default: RAY_ADDRESS, else a local one)")
+    q.add_argument("--shape", action="append", metavar="NAME=1x128",
+                   help="input shapes to tune (as for opdispatch tune)")
+    q.add_argument("--objective", default="latency", help="plan objective (default latency)")
+    q.add_argument("--budget", type=float, default=60.0,
+                   help="tuning budget per shape and node kind, seconds (default 60)")
+    q.add_argument("--cpus", type=float, default=1.0,
+                   help="CPUs Ray reserves for each tuning task (default 1)")
+    q.set_defaults(fn=cmd_fleet_tune)
+
+
 def add_parser(sub: Any) -> None:
     """Register ``opdispatch serve``."""
     q = sub.add_parser(
