@@ -203,6 +203,7 @@ def test_model_without_plan_is_not_ready_and_says_why(server):
 
 def test_metadata_names_the_plan(server, tuned_store):
     client = httpclient.InferenceServerClient(server.http_url)
+    assert client.get_server_metadata()["name"] == "opdispatch"
     cnn = client.get_model_metadata("cnn")
     assert cnn["versions"] == ["2"]
     assert cnn["inputs"] == [{"name": "pixel_values", "datatype": "FP32",

@@ -148,6 +148,13 @@ def _add_routes(app: Any, models: dict[str, Any]) -> None:
     from fastapi.exceptions import RequestValidationError
 
     app.add_exception_handler(RequestValidationError, malformed)
+    async def server_metadata() -> ORJSONResponse:
+        from dispatch import __version__
+
+        return ORJSONResponse({"name": "opdispatch", "version": __version__,
+                               "extensions": ["binary_tensor_data"]})
+
+    app.add_api_route("/v2", server_metadata, methods=["GET"])
     app.add_api_route("/v2/models/{model_name}/ready", model_ready, methods=["GET"])
     app.add_api_route("/v2/models/{model_name}", model_metadata, methods=["GET"])
 
