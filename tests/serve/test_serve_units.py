@@ -99,9 +99,6 @@ def test_a_model_folder_given_directly_is_one_model(tmp_path):
     assert (spec.name, spec.version) == ("bert", "3")
 
 
-@pytest.mark.xfail(strict=True, reason="a model folder holding one .onnx file other than "
-                   "model.onnx, and no config.toml, is taken for an empty repository when named "
-                   "directly (tuner/serve/repository.py, _folder_specs: `direct`)")
 def test_a_model_folder_with_a_single_onnx_file_given_directly_is_one_model(tmp_path):
     folder = tmp_path / "resnet"
     model = _model(folder / "exported.onnx")

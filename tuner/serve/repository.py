@@ -179,8 +179,8 @@ def discover(targets: Sequence[str | Path], base: ServeSettings) -> list[ModelSp
 
 def _folder_specs(folder: Path, base: ServeSettings) -> list[ModelSpec]:
     """A model folder (it holds a model) or a repository (its sub-folders are models)."""
-    direct = (folder / CONFIG_FILE).is_file() or (folder / MODEL_FILE).is_file() or any(
-        p.is_dir() and p.name.isdigit() for p in folder.iterdir())
+    direct = ((folder / CONFIG_FILE).is_file() or any(folder.glob("*.onnx"))
+              or any(p.is_dir() and p.name.isdigit() for p in folder.iterdir()))
     folders = [folder] if direct else sorted(p for p in folder.iterdir() if p.is_dir()
                                              and not p.name.startswith("."))
     if not folders:

@@ -78,7 +78,7 @@ class BodyLimit:
                 return  # the client went away
             body += message.get("body", b"")
             if len(body) > self.max_bytes:
-                await self._refuse(send, f"a body of more than {len(body)} bytes")
+                await self._refuse(send, f"a body of at least {len(body)} bytes")
                 return
             if not message.get("more_body"):
                 break
