@@ -8,6 +8,8 @@ import json
 import shutil
 import threading
 import time
+import urllib.error
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -181,6 +183,16 @@ def test_malformed_and_oversized_bodies(server):
         json.dumps({"inputs": [{"name": "pixel_values", "datatype": "FP32", "shape": [2, 3],
                                 "data": [1.0]}]}).encode())
     assert status == 400 and b"pixel_values" in body
+    header = json.dumps({"inputs": [{"name": "pixel_values", "datatype": "FP32",
+                                     "shape": [2, 3, 32, 32],
+                                     "parameters": {"binary_data_size": 24576}}]}).encode()
+    request = urllib.request.Request(  # the binary extension, 100 bytes short
+        f"http://{server.http_url}/v2/models/cnn/infer", data=header + b"\0" * 24476,
+        headers={"Inference-Header-Content-Length": str(len(header)),
+                 "Content-Type": "application/octet-stream"})
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(request, timeout=30)
+    assert err.value.code == 400 and b"binary_data_size" in err.value.read()
     _still_answers(server)
 
 

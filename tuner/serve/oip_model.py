@@ -70,7 +70,10 @@ class OpdispatchModel(Model):
         feeds = {}
         for tensor in payload.inputs:
             try:
-                feeds[tensor.name] = tensor.as_numpy()
+                array = tensor.as_numpy()
+                if not (array.flags.aligned and array.flags.writeable):  # np.frombuffer's
+                    array = array.copy()
+                feeds[tensor.name] = array
             except Exception as exc:
                 raise InvalidInput(
                     f"model {self.name!r}: input {tensor.name!r} ({tensor.datatype} "
@@ -86,7 +89,10 @@ class OpdispatchModel(Model):
         for name, array in results.items():
             out = InferOutput(name=name, shape=list(array.shape),
                               datatype=from_np_dtype(array.dtype))
-            out.set_data_from_numpy(array, binary_data=payload.use_binary_outputs)
+            if payload.from_grpc:  # gRPC: raw bytes (the framework's to_grpc wants no array)
+                out.set_data_from_numpy(array, binary_data=True)
+            else:  # REST: the array, encoded once as the client asked for this output
+                out.data = array
             outputs.append(out)
         return InferResponse(
             response_id=payload.id or str(uuid.uuid4()), model_name=self.name,

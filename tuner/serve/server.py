@@ -104,6 +104,68 @@ class BodyLimit:
         await send({"type": "http.response.body", "body": payload})
 
 
+def keep_binary_inputs() -> None:
+    """Make kserve keep the binary tensor data extension's inputs as bytes.
+
+    kserve 0.21's ``InferRequest.from_bytes`` turns every binary input into a Python list of
+    numbers and back into an array (``set_data_from_numpy(..., binary_data=False)``), on the
+    event loop: measured with py-spy on a 224x224 image request, 1278 of 1649 samples, against
+    143 in the model's run. The replacement parses the same request the same way and keeps each
+    input's bytes, which ``InferInput.as_numpy`` reads with ``np.frombuffer``: what gRPC
+    requests get already. Installed once per process, by :func:`serve_models`.
+    """
+    from kserve.errors import InvalidInput
+    from kserve.protocol import infer_type
+
+    if getattr(infer_type.InferRequest.from_bytes, "keeps_bytes", False):
+        return
+
+    def from_bytes(cls: Any, req_bytes: bytes, json_length: int, model_name: str) -> Any:
+        import orjson
+
+        try:
+            request = orjson.loads(req_bytes[:json_length])
+        except orjson.JSONDecodeError as exc:
+            raise InvalidInput(f"Unrecognized request format: {exc}") from None
+        if not isinstance(request, dict) or not isinstance(request.get("inputs"), list):
+            raise InvalidInput("an inference request is a JSON object with a list of 'inputs'")
+        inputs, start = [], json_length
+        for item in request["inputs"]:
+            if not isinstance(item, dict) or not {"name", "shape", "datatype"} <= set(item):
+                raise InvalidInput(f"each input needs a name, a shape and a datatype; "
+                                   f"received {str(item)[:200]}")
+            parameters = item.get("parameters")
+            tensor = infer_type.InferInput(name=item["name"], shape=item["shape"],
+                                           datatype=item["datatype"], parameters=parameters)
+            if item.get("data") is not None:
+                if tensor.datatype == "FP16":
+                    raise InvalidInput(f"FP16 data cannot be sent as JSON: send input "
+                                       f"{tensor.name!r} with the binary data extension")
+                tensor.data = item["data"]
+            elif isinstance(parameters, dict) and "binary_data_size" in parameters:
+                size = parameters["binary_data_size"]
+                if isinstance(size, bool) or not isinstance(size, int) or size < 0 or (
+                        start + size > len(req_bytes)):
+                    raise InvalidInput(f"input {tensor.name!r}: binary_data_size {size!r} does "
+                                       f"not fit the {len(req_bytes) - start} bytes left")
+                tensor._raw_data = req_bytes[start:start + size]
+                start += size
+            else:
+                raise InvalidInput(f"'data' field is missing for input {tensor.name!r} for "
+                                   f"model {model_name!r}")
+            inputs.append(tensor)
+        outputs = request.get("outputs")
+        requested = None if outputs is None else [
+            infer_type.RequestedOutput(name=o["name"], parameters=o.get("parameters"))
+            for o in outputs]
+        return cls(model_name=model_name, request_id=request.get("id"),
+                   parameters=request.get("parameters"), infer_inputs=inputs,
+                   request_outputs=requested)
+
+    from_bytes.keeps_bytes = True  # type: ignore[attr-defined]
+    infer_type.InferRequest.from_bytes = classmethod(from_bytes)
+
+
 def _add_routes(app: Any, models: dict[str, Any]) -> None:
     """Readiness with the reason, and metadata with the plan (registered before the
     framework's routes, so they answer first). Each model says what it is with an awaitable
@@ -133,7 +195,8 @@ def _add_routes(app: Any, models: dict[str, Any]) -> None:
         d = await model.describe()
         return ORJSONResponse({
             "name": model_name, "versions": [d["version"]] if d["version"] else [],
-            "platform": PLATFORM, "inputs": d["inputs"], "outputs": d["outputs"],
+            "platform": d.get("platform", PLATFORM), "inputs": d["inputs"],
+            "outputs": d["outputs"],
             "parameters": {"ready": d["ready"], "reason": d["reason"], **d["plan"]},
         })
 
@@ -192,6 +255,7 @@ def serve_models(models: Sequence[Any], *, host: str, http_port: int, grpc_port:
     from kserve.protocol.grpc.server import GRPCServer
     from kserve.protocol.rest.server import RESTServer
 
+    keep_binary_inputs()
     app = framework.app
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     _add_routes(app, {m.name: m for m in models})
