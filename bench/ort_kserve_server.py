@@ -26,7 +26,6 @@ import argparse
 import asyncio
 import os
 import sys
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -49,8 +48,9 @@ def _model_class() -> type:
     """The model class (built here so that importing this module imports no kserve)."""
     from kserve import Model
     from kserve.errors import InvalidInput
-    from kserve.protocol.infer_type import InferOutput, InferRequest, InferResponse
-    from kserve.utils.numpy_codec import from_np_dtype
+    from kserve.protocol.infer_type import InferRequest, InferResponse
+
+    from tuner.serve.oip_model import infer_response
 
     class OrtModel(Model):
         """One onnxruntime session answering Open Inference Protocol requests."""
@@ -118,17 +118,7 @@ def _model_class() -> type:
                 if type(exc).__module__.startswith("onnxruntime"):
                     raise InvalidInput(f"onnxruntime: {exc}") from None
                 raise
-            outputs = []
-            for name, array in zip(names, results):
-                out = InferOutput(name=name, shape=list(array.shape),
-                                  datatype=from_np_dtype(array.dtype))
-                out.set_data_from_numpy(array, binary_data=payload.use_binary_outputs)
-                outputs.append(out)
-            return InferResponse(
-                response_id=payload.id or str(uuid.uuid4()), model_name=self.name,
-                infer_outputs=outputs, from_grpc=payload.from_grpc,
-                use_binary_outputs=payload.use_binary_outputs,
-                requested_outputs=payload.request_outputs)
+            return infer_response(payload, self.name, dict(zip(names, results)))
 
         def close(self) -> None:
             """Release the request threads (once the server stopped; the framework's

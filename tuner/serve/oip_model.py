@@ -85,20 +85,26 @@ class OpdispatchModel(Model):
             raise InvalidInput(str(exc)) from None
         except (Overloaded, ModelUnavailable) as exc:
             raise Unavailable(self.name, str(exc)) from None
-        outputs = []
-        for name, array in results.items():
-            out = InferOutput(name=name, shape=list(array.shape),
-                              datatype=from_np_dtype(array.dtype))
-            if payload.from_grpc:  # gRPC: raw bytes (the framework's to_grpc wants no array)
-                out.set_data_from_numpy(array, binary_data=True)
-            else:  # REST: the array, encoded once as the client asked for this output
-                out.data = array
-            outputs.append(out)
-        return InferResponse(
-            response_id=payload.id or str(uuid.uuid4()), model_name=self.name,
-            infer_outputs=outputs, model_version=self.runner.spec.version,
-            from_grpc=payload.from_grpc, use_binary_outputs=payload.use_binary_outputs,
-            requested_outputs=payload.request_outputs)
+        return infer_response(payload, self.name, results, self.runner.spec.version)
+
+
+def infer_response(payload: InferRequest, model_name: str, results: dict[str, Any],
+                   version: str | None = None) -> InferResponse:
+    """The protocol's response to ``payload`` with ``results`` (``{output name: array}``): over
+    gRPC raw bytes, over REST each array as it is, encoded once in binary or JSON as the client
+    asked for that output (the framework's ``to_rest``)."""
+    outputs = []
+    for name, array in results.items():
+        out = InferOutput(name=name, shape=list(array.shape), datatype=from_np_dtype(array.dtype))
+        if payload.from_grpc:  # the framework's to_grpc wants bytes, not an array
+            out.set_data_from_numpy(array, binary_data=True)
+        else:
+            out.data = array
+        outputs.append(out)
+    return InferResponse(
+        response_id=payload.id or str(uuid.uuid4()), model_name=model_name,
+        infer_outputs=outputs, model_version=version, from_grpc=payload.from_grpc,
+        use_binary_outputs=payload.use_binary_outputs, requested_outputs=payload.request_outputs)
 
 
 def _tensor_metadata(t: Any) -> dict[str, Any]:
