@@ -87,6 +87,7 @@ def _model_class() -> type:
             import onnxruntime as ort
 
             return {"ready": self.ready, "reason": "" if self.ready else "not loaded",
+                    "platform": "onnxruntime_onnx",
                     "version": None, "inputs": _tensors(self.session.get_inputs()),
                     "outputs": _tensors(self.session.get_outputs()),
                     "plan": {"runtime": f"onnxruntime {ort.__version__}",
