@@ -293,9 +293,9 @@ def serve_models(models: Sequence[Any], *, host: str, http_port: int, grpc_port:
             for model in models:
                 self.register_model(model)
             rest = QuietRESTServer(framework.FASTAPI_APP_IMPORT_STRING, self.dataplane,
-                              self.model_repository_extension, self.http_port,
-                              grace_period=self.grace_period, event_loop=self.event_loop,
-                              timeout_keep_alive=self.timeout_keep_alive)
+                                   self.model_repository_extension, self.http_port,
+                                   grace_period=self.grace_period, event_loop=self.event_loop,
+                                   timeout_keep_alive=self.timeout_keep_alive)
             rest.config.host = host
             rest.config.access_log = access_log
             self._rest_server = rest
