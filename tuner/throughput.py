@@ -39,6 +39,15 @@ from tuner.tune_types import PlanCandidate, TuneOptions, TuningError
 
 #: the share of a throughput run's budget this stage gets (the latency stages share the rest)
 THROUGHPUT_SHARE = 0.4
+#: the share with one request in flight: the stage has one configuration to measure (the
+#: latency set-up) and the plan search needs the time (with 40%, minilm's throughput@n=1 plan
+#: lost to its latency plan, 51.0 against 57.3/s: bench/README.md)
+SINGLE_REQUEST_SHARE = 0.1
+
+
+def throughput_share(concurrency: int) -> float:
+    """The share of a throughput run's budget the serving stage gets at ``concurrency``."""
+    return THROUGHPUT_SHARE if concurrency > 1 else SINGLE_REQUEST_SHARE
 #: how many distinct validated plans get serving configurations measured, at most
 MAX_PLANS = 3
 #: each configuration's measured window, seconds (the budget may shorten it to MIN_WINDOW_S)

@@ -74,7 +74,7 @@ from tuner.measure import Measurement, reference_overrides
 from tuner.nonfinite import nonfinite_winner
 from tuner.optimize import Choice, Problem, Solution, evaluate, optimize
 from tuner.store import PlanStore, StoreWriteError
-from tuner.throughput import THROUGHPUT_SHARE, ThroughputStage
+from tuner.throughput import ThroughputStage, throughput_share
 from tuner.tune_measure import _conversion_costs, _measure_all
 from tuner.tune_types import NOISY_SPREAD, PlanCandidate, TuneOptions, TuneResult, TuningError
 from tuner.tuning_inputs import captured_values, checked_inputs, reference_outputs
@@ -327,7 +327,7 @@ def tune(
     full_budget_s = opts.budget_s
     if target is not None:
         opts = dataclasses.replace(opts, objective="latency", concurrency=None, max_latency_ms=None,
-                                   budget_s=opts.budget_s * (1 - THROUGHPUT_SHARE))
+                                   budget_s=opts.budget_s * (1 - throughput_share(target[0])))
     registry = registry or load_registry(config.plugin_path or None, order=config.backend_order)
     say = log or (lambda _msg: None)
     backends = plan_backends(registry, config.backend_order, opts.backends)
