@@ -69,6 +69,7 @@ pytest.importorskip("onnxruntime", reason="onnxruntime is not installed: it is t
 
 from bench.models.export import MODELS as EXPORTABLE
 from bench.test_bench_models import EXPORTED, LIGHT, _path
+from bench.test_bench_throughput import machine
 
 # found, not imported: this process imports no kserve (the servers run in their own)
 for _module, _why in (("kserve", "the serving extra (kserve)"),
@@ -122,20 +123,6 @@ def _enabled(config: pytest.Config) -> bool:
     disable them) and not re-enabled with ``--benchmark-enable``."""
     return not (config.getoption("benchmark_disable", default=False)
                 and not config.getoption("benchmark_enable", default=False))
-
-
-def machine() -> dict[str, Any]:
-    """The CPU model, the usable cores and the vector extensions that decide the kernels."""
-    name, flags = "unknown", set()
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name" and name == "unknown":
-                name = value.strip()
-            elif key.strip() == "flags" and not flags:
-                flags = set(value.split())
-    return {"cpu": name, "cores": len(os.sched_getaffinity(0)),
-            **{f: f in flags for f in ("avx512f", "avx512_vnni", "amx_tile")}}
 
 
 def model_path(name: str) -> str | None:

@@ -19,7 +19,6 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -126,7 +125,3 @@ class DynamicBatcher:
         if self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
-
-def describe_sizes(sizes: Sequence[Any]) -> str:
-    """``"1, 2, 4"``: the batch sizes a model is batched into, for metadata and logs."""
-    return ", ".join(str(s) for s in sorted(set(sizes)))

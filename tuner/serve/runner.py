@@ -283,10 +283,19 @@ class ModelRunner:
             else:
                 item.future.set_result(result)
 
+    def stop_admitting(self) -> None:
+        """Refuse new requests from now on (503: shutting down); those admitted go on."""
+        self._draining = True
+
+    def close(self) -> None:
+        """Release the request threads once the requests in flight are answered."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+
     async def drain(self, grace_s: float = 30.0) -> None:
         """Stop admitting requests, answer those admitted (up to ``grace_s``), release the
         threads."""
-        self._draining = True
+        self.stop_admitting()
         if self._batcher is not None:
             await self._batcher.drain()
         deadline = time.monotonic() + grace_s

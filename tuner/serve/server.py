@@ -238,11 +238,10 @@ def serve(runners: Sequence[ModelRunner], *, host: str = "127.0.0.1", http_port:
     try:
         serve_models(models, host=host, http_port=http_port, grpc_port=grpc_port,
                      max_body_bytes=max_body_bytes, grace_s=grace_s,
-                     on_stop=lambda: [setattr(r, "_draining", True) for r in runners])
+                     on_stop=lambda: [r.stop_admitting() for r in runners])
     finally:
         for runner in runners:
-            if runner._pool is not None:
-                runner._pool.shutdown(wait=True)
+            runner.close()
 
 
 def serve_models(models: Sequence[Any], *, host: str, http_port: int, grpc_port: int | None,
