@@ -10,6 +10,7 @@ reader (buffer reuse by liveness: the allocator gets the memory back as soon as 
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -202,6 +203,11 @@ class Executor:
                 node = by_name[step.nodes[0]]
             else:
                 node = step_node(graph, step.nodes, step.op)
+            if step.precision is not None:  # what a reduced-precision build needs
+                if not impl.is_region:
+                    raise PlanError(f"step {step.impl} over nodes {step.nodes[:5]} has a precision, "
+                                    "which only region implementations take")
+                node.attrs = {**node.attrs, "precision": step.precision}  # (a new region node)
             if len(step.nodes) > 1 and not impl.is_region and impl.pattern != tuple(n.key_op for n in node.nodes):
                 raise PlanError(
                     f"step {step.impl} covers nodes {step.nodes}, which are not a chain of its "
@@ -423,6 +429,19 @@ class Executor:
                 k += 1
         names = output_names if output_names is not None else list(self._output_slots)
         return [slots[self._output_slots[n]] for n in names]  # type: ignore[misc]
+
+    def swap_kernel(self, step: PlanStep, fn: Callable) -> Callable:
+        """Run ``fn`` in place of the kernel of ``step`` (one of this executor's plan steps)
+        from now on, and return the function it replaces. ``fn`` must read and write what the
+        step does (the same values, layouts, shapes and dtypes: a variant of the same region,
+        e.g. in another precision); the accuracy objective's tuning tries variants this way
+        without rebuilding the plan (:mod:`tuner.accuracy`)."""
+        for k, call in enumerate(self.calls):
+            if call.kind == "kernel" and call.step is step:
+                self.calls[k] = dataclasses.replace(call, fn=fn)
+                self._fallbacks.pop(k, None)
+                return call.fn
+        raise PlanError(f"step {step.impl} over nodes {step.nodes[:5]} is not a step of this executor's plan")
 
     @staticmethod
     def _call_error(call: Call, exc: Exception) -> KernelError:

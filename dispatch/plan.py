@@ -43,6 +43,12 @@ class PlanStep:
     why: str = ""
     rejected: list[Rejected] = field(default_factory=list)
     cost_ms: float | None = None
+    #: ``None``: computed in the model's own precision (float32). Else the reduced precision
+    #: its implementation computes in and what it needs to be rebuilt exactly, e.g.
+    #: ``{"dtype": "bf16"}`` or ``{"dtype": "int8", "scheme": "qdq", "ranges": {...}}``
+    #: (chosen by accuracy-objective tuning: :mod:`tuner.accuracy`); absent from the JSON of
+    #: float32 steps, so that float32 plans read and write as before
+    precision: dict[str, Any] | None = None
 
 
 @dataclass
@@ -104,7 +110,20 @@ class Plan:
 
     # -- serialisation -----------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        for plan in (data, data.get("nonfinite_fallback") or {}):
+            for step in plan.get("steps", ()):
+                if step.get("precision") is None:
+                    step.pop("precision", None)
+        return data
+
+    def precisions(self) -> dict[str, int]:
+        """Nodes per precision their steps compute in (``float32`` for steps without one)."""
+        counts: dict[str, int] = {}
+        for s in self.steps:
+            dtype = str((s.precision or {}).get("dtype", "float32"))
+            counts[dtype] = counts.get(dtype, 0) + len(s.nodes)
+        return counts
 
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent, sort_keys=False)
@@ -213,6 +232,14 @@ class Plan:
         serving = self.serving_config()
         if serving is not None:
             table += f"\nserving: {serving.label()} (tuned for {serving.concurrency} requests in flight)"
+        precisions = self.precisions()
+        if set(precisions) != {"float32"}:
+            table += "\nprecision: " + ", ".join(f"{p} {n} node(s)" for p, n in precisions.items())
+            held = (self.provenance.get("accuracy") or {}).get("held_out") or {}
+            acc = self.provenance.get("accuracy") or {}
+            if held:
+                table += (f"; {acc.get('metric')} {held.get('figure'):.5g} on {acc.get('data', {}).get('held_out')} "
+                          f"held-out samples (budget {acc.get('budget'):g})")
         return table
 
 
@@ -224,6 +251,7 @@ _FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "cost_bytes": (int, float), "at_build": (bool,), "reason": (str,), "graph": (str,),
     "steps": (list,), "conversions": (list,), "provenance": (dict,), "version": (int,),
     "nonfinite_fallback": (dict, type(None)), "serving": (dict, type(None)),
+    "precision": (dict, type(None)),
 }
 #: list fields whose items must be strings
 _STRING_LISTS = {"nodes", "layouts_in", "layouts_out", "chain", "consumers"}

@@ -102,6 +102,8 @@ class Implementation:
     #: whether it runs nodes whose shapes are known only at run time (dynamic values:
     #: :mod:`dispatch.subgraph`); the reference backend's do, sizing outputs from the arrays
     dynamic_shapes: bool = False
+    #: ``float32``, or a reduced precision (``bf16``, ``int8``) only accuracy tuning may choose
+    precision: str = "float32"
 
     @property
     def is_region(self) -> bool:
@@ -221,7 +223,7 @@ class ImplTable:
         priority: int = Priority.DEFAULT,
         supports: SupportsFn | None = None,
         settings: Mapping[str, Any] | None = None,
-        dynamic_shapes: bool = False,
+        dynamic_shapes: bool = False, precision: str = "float32",
     ) -> Callable[[BuildFn], BuildFn]:
         """Decorate the build function of a region implementation ``Region.{backend}.{variant}``:
         ``propose(graph)`` lists the convex node sets it offers (several granularities, so the
@@ -230,7 +232,7 @@ class ImplTable:
         standard layout. ``settings`` names the library settings the build uses (shown in
         reports; a variant of the same library with other settings is another registration).
         ``dynamic_shapes``: its regions may hold values whose shapes are known only at run
-        time (its ``supports`` still decides node by node)."""
+        time (its ``supports`` still decides node by node). ``precision``: see :meth:`regions`."""
         from dispatch.fusion import REGION_OP
 
         def deco(build: BuildFn) -> BuildFn:
@@ -245,7 +247,7 @@ class ImplTable:
                     doc=(build.__doc__ or "").strip().split("\n")[0],
                     propose=propose,
                     settings=dict(settings or {}),
-                    dynamic_shapes=dynamic_shapes,
+                    dynamic_shapes=dynamic_shapes, precision=precision,
                 )
             )
             return build
@@ -482,11 +484,11 @@ class Registry:
             if i.pattern and (backends is None or i.backend in backends)
         ]
 
-    def regions(self, backends: Sequence[str] | None = None) -> list[Implementation]:
+    def regions(self, backends: Sequence[str] | None = None, precisions: Sequence[str] | None = ("float32",)) -> list[Implementation]:
         """Region implementations (subgraph backends), optionally of ``backends`` only, in
-        that order."""
+        that order; float32 ones unless ``precisions`` names others (``None``: all)."""
         self._complete_if(lambda d: backends is None or d.status.name in backends)
-        found = [i for i in self._by_name.values() if i.is_region and (backends is None or i.backend in backends)]
+        found = [i for i in self._by_name.values() if i.is_region and (backends is None or i.backend in backends) and (precisions is None or i.precision in precisions)]
         if backends is not None:
             rank = {b: k for k, b in enumerate(backends)}
             found.sort(key=lambda i: (rank[i.backend], -i.priority))

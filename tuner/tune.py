@@ -62,6 +62,14 @@ from dispatch.plan_policy import (
 )
 from dispatch.registry import REFERENCE_BACKEND, STANDARD, Registry
 from tuner import busy
+from tuner.accuracy import (
+    AccuracyData,
+    AccuracyObjective,
+    accuracy_budget,
+    accuracy_key,
+    accuracy_stage,
+    held_out_within,
+)
 from tuner.candidates import Candidate, enumerate_candidates
 from tuner.fingerprint import (
     PlanKey,
@@ -328,6 +336,7 @@ def tune(
     if target is not None:
         opts = dataclasses.replace(opts, objective="latency", concurrency=None, max_latency_ms=None,
                                    budget_s=opts.budget_s * (1 - throughput_share(target[0])))
+    opts, accuracy_share = accuracy_budget(opts, objective)
     registry = registry or load_registry(config.plugin_path or None, order=config.backend_order)
     say = log or (lambda _msg: None)
     backends = plan_backends(registry, config.backend_order, opts.backends)
@@ -353,6 +362,8 @@ def tune(
     outside = blas.process_state()
     with blas.in_force(settings):
         graph = load_graph(model, registry, backends, input_shapes)
+        objective, accuracy = accuracy_key(opts, graph, objective, t_start + full_budget_s) \
+            if accuracy_share else (objective, None)
         key = plan_key(graph, registry, backends, objective)
         hw, sw = hardware_digest(key.hardware), software_digest(key.software)
         run_id = store.start_run(model_fp=key.model, budget_s=full_budget_s, objective=objective)
@@ -362,7 +373,8 @@ def tune(
                            cpu_start, blas.record(settings, outside),
                            model_file=(os.path.abspath(model)
                                        if isinstance(model, str | os.PathLike) else None),
-                           throughput=None if target is None else (*target, t_start + full_budget_s))
+                           throughput=None if target is None else (*target, t_start + full_budget_s),
+                           accuracy=accuracy)
         except KeyboardInterrupt:
             store.finish_run(run_id, "interrupted", {"elapsed_s": time.monotonic() - t_start})
             raise
@@ -393,6 +405,7 @@ def _tune(
     *,
     model_file: str | None = None,
     throughput: tuple[int, float | None, float] | None = None,
+    accuracy: tuple[AccuracyObjective, AccuracyData, float] | None = None,
 ) -> TuneResult:
     untuned = heuristic_plan(graph, registry, backends)
     # the untuned plan and each backend's own untuned plan (the backend first, numpy for what
@@ -530,6 +543,10 @@ def _tune(
          "predicted_ms": None if pc.predicted_s is None else pc.predicted_s * 1e3}
         for pc in plans
     ], winner=win.label, **({"memory": win.memory} if win.memory else {}))
+    t_stage = time.monotonic()  # (metric, data, deadline): reduced precision within the budget
+    win, accuracy_stats = accuracy_stage(graph, registry, backends, opts, accuracy, win, plans, say)
+    if accuracy is not None:
+        stage_s["accuracy_s"] = time.monotonic() - t_stage
     profiles: dict[str, Any] = {}
     # per-node times inside the winner's library regions, for its reports (issue 18), while the
     # budget allows (its limit, plus the grace validation has); reports profile them otherwise
@@ -561,6 +578,10 @@ def _tune(
     if serving is not None:  # its best configuration, validated under load
         win.plan = serving.finish(win)
         stats["throughput"] = serving.stats()
+    if accuracy_stats is not None:
+        stats["accuracy"] = accuracy_stats
+    if accuracy is not None:
+        held_out_within(win.plan)  # never stored over its budget
     plan_id = store.put_plan(key, win.plan.to_json(), latency_ms=win.latency_ms,
                              peak_bytes=win.peak_bytes, run_id=run_id,
                              notes={"winner": win.label, "stats": stats})

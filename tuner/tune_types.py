@@ -59,6 +59,16 @@ class TuneOptions:
     #: run on; every plan must match the reference on each (an If's branch and a NonZero's
     #: output length follow the data). Empty: seeded random inputs
     inputs: Sequence[Mapping[str, np.ndarray]] = ()
+    #: an accuracy objective, ``METRIC:BUDGET`` (``cosine:0.999``, ``max-rel:1e-2``,
+    #: ``top1:0.01``, or a name of the user's with :attr:`accuracy_fn`): regions may compute in
+    #: reduced precision (int8, bf16) where the metric on :attr:`accuracy_data` stays within the
+    #: budget (:mod:`tuner.accuracy`). Without data, reduced precision is never chosen
+    accuracy: str | None = None
+    #: the user's samples: an .npz file (arrays named like the inputs, first axis = samples), a
+    #: folder of them, or an iterable of feeds
+    accuracy_data: Any = None
+    #: a metric of the user's: ``error(float32 outputs per sample, outputs per sample) -> float``
+    accuracy_fn: Any = None
 
 
 @dataclass
@@ -130,6 +140,10 @@ class TuneResult:
                          f"{', '.join(s['noisy_plans'])}")
         if s.get("nonfinite"):
             lines.append(f"NaN/Inf: {s['nonfinite']}")
+        if s.get("accuracy"):
+            from tuner.accuracy.summary import accuracy_lines
+
+            lines += accuracy_lines(s["accuracy"])
         if s.get("throughput"):
             from tuner.throughput_table import throughput_lines
 

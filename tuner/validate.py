@@ -55,6 +55,7 @@ def _validate(
     grace_s: float = 0.0,
     say: Callable[[str], None] | None = None,
     more: Sequence[tuple[Mapping[str, np.ndarray], Sequence[np.ndarray]]] = (),
+    checked: bool = True,
 ) -> None:
     """Run every plan end to end: its outputs must match the reference plan's; then time the
     valid ones interleaved, one block of each per round (:func:`_block`: untimed runs until the
@@ -69,7 +70,9 @@ def _validate(
     stop overlapping or the deadline passes. ``say`` hears what is being done, at least every
     :data:`PROGRESS_EVERY_S` seconds. ``more``: further (feeds, reference outputs) every plan
     must also match, shapes included (a model whose branches or output lengths follow the
-    data is checked on inputs that take different ones)."""
+    data is checked on inputs that take different ones). ``checked=False``: the outputs are
+    not compared (reduced-precision plans, whose accuracy the caller measured on the user's
+    data: :mod:`tuner.accuracy`); a plan that fails to build or run is still rejected."""
     tell = say or (lambda _msg: None)
     left = max(0.0, deadline - time.monotonic())
     tell(f"validating {len(plans)} plan(s) end to end against the reference ({left:.0f} s of "
@@ -90,8 +93,8 @@ def _validate(
         except Exception as exc:
             pc.error = f"failed: {type(exc).__name__}: {exc}"
             continue
-        wrong = check_outputs(outs, reference, [], tol=MODEL_TOLERANCE)
-        for k_more, (extra, expected) in enumerate(more):
+        wrong = check_outputs(outs, reference, [], tol=MODEL_TOLERANCE) if checked else ""
+        for k_more, (extra, expected) in enumerate(more if checked else ()):
             if wrong:
                 break
             try:

@@ -44,6 +44,7 @@ class OnnxRuntimeBackend(Backend):
         SETTINGS["intra_op_threads"] = int(config.threads or 0)
 
     def register(self, registry: Registry) -> None:
+        from impls.onnxruntime import quantized  # noqa: F401  (registers the int8 variants)
         from impls.onnxruntime.region import impls
 
         registry.add_table(impls)

@@ -93,10 +93,13 @@ def node_reason(node: Node) -> str | None:
 OPTIMIZATION_LEVELS = ("all", "extended")
 
 
-def session(region: FusedNode, optimization: str = "all", profile_dir: str | None = None):
+def session(region: FusedNode, optimization: str = "all", profile_dir: str | None = None,
+            model: Any = None):
     """An InferenceSession for ``region`` (graph optimisation ``optimization``, one of
     :data:`OPTIMIZATION_LEVELS`; the configured threads). With ``profile_dir``, the session
-    profiles its runs and writes its optimised model there (:mod:`impls.onnxruntime.profile`)."""
+    profiles its runs and writes its optimised model there (:mod:`impls.onnxruntime.profile`).
+    ``model``: the region's ONNX model as built elsewhere (a quantized one:
+    :mod:`impls.onnxruntime.quantized`), else :func:`impls.regions.region_model`'s."""
     import onnxruntime as ort
 
     so = ort.SessionOptions()
@@ -118,7 +121,8 @@ def session(region: FusedNode, optimization: str = "all", profile_dir: str | Non
     so.intra_op_num_threads = (build and build.threads) or SETTINGS["intra_op_threads"] or _usable_cores()
     so.inter_op_num_threads = 1
     weights: dict[str, np.ndarray] = {}
-    model = region_model(region, weights)
+    if model is None:
+        model = region_model(region, weights)
     if weights:  # taken from memory, not serialised into the model (see region_model)
         names = list(weights)
         so.add_external_initializers(names, [ort.OrtValue.ortvalue_from_numpy(weights[n]) for n in names])

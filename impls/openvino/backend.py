@@ -44,6 +44,7 @@ class OpenVinoBackend(Backend):
         SETTINGS["compiled_cache"] = config.compiled_cache
 
     def register(self, registry: Registry) -> None:
+        from impls.openvino import reduced  # noqa: F401  (registers the reduced-precision variants)
         from impls.openvino.region import impls
 
         registry.add_table(impls)

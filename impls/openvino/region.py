@@ -196,7 +196,7 @@ def core() -> Any:
         return _CORE
 
 
-def compile_config() -> dict[str, Any]:
+def compile_config(precision: str = "f32") -> dict[str, Any]:
     """The CPU plugin's settings for a region: latency, one stream, the configured threads,
     float32 inference (no bf16 / f16 where the CPU has them) and denormals kept: with
     ``CPU_DENORMALS_OPTIMIZATION`` on, compiling sets flush-to-zero on the calling thread, and
@@ -205,7 +205,8 @@ def compile_config() -> dict[str, Any]:
     Built for a throughput plan's serving configuration (:mod:`dispatch.serving`): a stream's
     thread count, unpinned when several streams share the cores, or, in the configuration's
     ``shared`` mode, the throughput hint with its number of OpenVINO streams sharing the
-    threads."""
+    threads. ``precision``: the inference precision hint (``f32``; ``bf16`` for the
+    reduced-precision variant, :mod:`impls.openvino.reduced`)."""
     build = serving.build_settings()
     threads = (build and build.threads) or SETTINGS["threads"] or usable_cores()
     if build is not None and build.library_streams:
@@ -213,14 +214,14 @@ def compile_config() -> dict[str, Any]:
             "PERFORMANCE_HINT": "THROUGHPUT",
             "INFERENCE_NUM_THREADS": threads,
             "NUM_STREAMS": str(build.library_streams),
-            "INFERENCE_PRECISION_HINT": "f32",
+            "INFERENCE_PRECISION_HINT": precision,
             "CPU_DENORMALS_OPTIMIZATION": False,
         }
     config: dict[str, Any] = {
         "PERFORMANCE_HINT": "LATENCY",
         "INFERENCE_NUM_THREADS": threads,
         "NUM_STREAMS": "1",
-        "INFERENCE_PRECISION_HINT": "f32",
+        "INFERENCE_PRECISION_HINT": precision,
         "CPU_DENORMALS_OPTIMIZATION": False,
     }
     if build is not None and build.shared_cores:
@@ -231,13 +232,13 @@ def compile_config() -> dict[str, Any]:
     return config
 
 
-def compiled_model(region: FusedNode) -> Any:
+def compiled_model(region: FusedNode, precision: str = "f32") -> Any:
     """``region`` compiled for OpenVINO's CPU plugin: its ONNX model read by the ONNX
     frontend from a file with external weights, through the compiled cache
     (:mod:`impls.openvino.compiled_cache`)."""
     from impls.openvino.compiled_cache import compile_region
 
-    return compile_region(core(), region, compile_config(), str(SETTINGS["compiled_cache"]))
+    return compile_region(core(), region, compile_config(precision), str(SETTINGS["compiled_cache"]))
 
 
 #: held while an infer request is created and first run, by any region (see build_region)
@@ -256,9 +257,14 @@ def build_region(region: FusedNode):
     ``library_bytes`` attribute is what OpenVINO allocated while the model was compiled and
     first run (:class:`impls.region_profile.MemoryProbe`, less the outputs handed over; the
     initial figure covers the compilation alone), which the plan's peak memory counts."""
+    return build_compiled(region)
+
+
+def build_compiled(region: FusedNode, precision: str = "f32"):
+    """:func:`build_region` with the inference precision hint ``precision``."""
     core().get_versions("CPU")  # the plugin loaded before the probe: its code is not the region's data
     probe = MemoryProbe().start()
-    compiled = compiled_model(region)
+    compiled = compiled_model(region, precision)
     created = probe.stop() or 0
     pending = [True]
     out_bytes = sum(v.nbytes for v in region.outputs)  # counted by the plan, not the library

@@ -261,7 +261,11 @@ def cmd_tune(args: argparse.Namespace) -> int:
         progress=not args.no_progress,
         allow_nonstrict_nan=args.allow_nonstrict_nan,
         nonfinite_guard=not args.no_nonfinite_guard,
+        accuracy=args.accuracy,
+        accuracy_data=args.data,
     )
+    if args.data is not None and args.accuracy is None:
+        raise UsageError("--data goes with --accuracy METRIC:BUDGET (e.g. --accuracy cosine:0.999)")
     from dispatch.backend import load_registry
 
     registry = load_registry(config.plugin_path or None, order=config.backend_order)
@@ -374,6 +378,15 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--max-latency-ms", type=positive_seconds, default=None, metavar="MS",
                    help="with --objective throughput: the p99 latency bound in milliseconds; a "
                         "configuration over it is rejected")
+    t.add_argument("--accuracy", default=None, metavar="METRIC:BUDGET",
+                   help="let regions compute in reduced precision (int8, bf16) where the metric on "
+                        "--data stays within the budget: cosine:0.999 (worst sample's cosine to "
+                        "float32), max-rel:1e-2, top1:0.01 (drop in top-1 agreement). Half the "
+                        "samples are searched on, half held out; a plan over budget on the held-out "
+                        "half is never stored. Without --data, float32 only")
+    t.add_argument("--data", default=None, metavar="FILE.npz",
+                   help="with --accuracy: your samples, an .npz of arrays named like the model's "
+                        "inputs (first axis = samples) or a folder of them")
     t.add_argument("--memory-cap", type=positive_int, default=None, metavar="BYTES",
                    help="with --objective latency: the fastest plan whose peak memory fits")
     t.add_argument("--top-k", type=positive_int, default=None, help="plans validated end to end (default 3)")

@@ -23,6 +23,10 @@ DEFAULT_WINDOW_S = 10.0
 
 def add_arguments(r: argparse.ArgumentParser) -> None:
     """The load options of ``opdispatch run``."""
+    r.add_argument("--accuracy", default=None, metavar="METRIC:BUDGET",
+                   help="run the plan tuned with this accuracy objective on --data (tune --accuracy)")
+    r.add_argument("--data", default=None, metavar="FILE.npz",
+                   help="with --accuracy: the data the plan was tuned on (its digest names the plan)")
     r.add_argument("--concurrency", type=positive_int, default=None, metavar="N",
                    help="measure under load: N requests in flight from N threads for --duration "
                         f"seconds (default {DEFAULT_WINDOW_S:g}); prints throughput and p50/p90/p99. "
@@ -36,9 +40,24 @@ def add_arguments(r: argparse.ArgumentParser) -> None:
 
 def objective_for(args: argparse.Namespace) -> str:
     """The objective of the stored plan ``opdispatch run`` uses."""
-    if args.objective is not None:
-        return str(args.objective)
-    return f"throughput@n={args.concurrency}" if args.concurrency else "latency"
+    objective = str(args.objective) if args.objective is not None else (
+        f"throughput@n={args.concurrency}" if args.concurrency else "latency")
+    accuracy, data = getattr(args, "accuracy", None), getattr(args, "data", None)
+    if (accuracy is None) != (data is None):
+        raise UsageError("--accuracy METRIC:BUDGET and --data FILE.npz go together: the plan was "
+                         "tuned for that budget on that data")
+    if accuracy is not None:
+        from dispatch.errors import ArgumentError
+        from dispatch.plan_policy import accuracy_string, parse_accuracy, split_accuracy
+        from tuner.accuracy.data import data_digest
+        from tuner.tune_types import TuningError
+
+        try:
+            metric, budget = parse_accuracy(accuracy)
+            objective = split_accuracy(objective)[0] + accuracy_string(metric, budget, data_digest(data))
+        except (ArgumentError, TuningError) as exc:
+            raise UsageError(str(exc)) from None
+    return objective
 
 
 def check(args: argparse.Namespace) -> None:

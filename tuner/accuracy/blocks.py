@@ -1,0 +1,192 @@
+"""The regions an accuracy objective chooses precisions for: a library's float32 plan (the
+library first, the reference for what it cannot run) with each of its region steps cut into
+*blocks* where the fewest tensors are live (between residual blocks, transformer sub-layers:
+:func:`pieces`), small blocks merged into their neighbours and at most
+:data:`MAX_BLOCKS` kept. Every block computes in float32 or in one of the library's
+reduced-precision variants; they all read and write float32 tensors, so any mix is a valid
+plan (the library's quantize / dequantize / cast happen inside each block and are measured
+with it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from dispatch.errors import OpDispatchError
+from dispatch.fusion import REGION_OP, region_node
+from dispatch.graph import Graph
+from dispatch.heuristic import heuristic_plan
+from dispatch.plan import Plan, PlanStep
+from dispatch.plan_assembly import order_steps, plan_conversions
+from dispatch.registry import REFERENCE_BACKEND, Implementation, Registry
+
+#: the most blocks one library's plan is cut into (each costs a build and a few runs per
+#: variant while searching)
+MAX_BLOCKS = 24
+#: blocks of fewer nodes are merged into a neighbour
+MIN_BLOCK_NODES = 3
+#: fewer blocks than this: the region is cut where more tensors are live (:func:`pieces`)
+MIN_BLOCKS = 4
+
+
+@dataclass
+class BlockPlan:
+    """One library's float32 plan cut into blocks, with the reduced variants of each block."""
+
+    library: str
+    plan: Plan
+    #: the region steps of :attr:`plan` a precision is chosen for
+    blocks: list[PlanStep]
+    #: per block: the reduced-precision implementations that support it
+    variants: list[list[Implementation]] = field(default_factory=list)
+    #: the plan before cutting (the library's regions whole), its region steps
+    whole: Plan | None = None
+
+
+def live_counts(graph: Graph) -> list[int]:
+    """Per node of the topological order: how many non-constant tensors are live right after
+    it (computed and still to be read, graph inputs included)."""
+    last_use: dict[str, int] = {}
+    for k, n in enumerate(graph.nodes):
+        for v in n.inputs:
+            if v is not None and not v.is_const:
+                last_use[v.name] = k
+    end = len(graph.nodes)
+    for v in graph.outputs:
+        last_use[v.name] = end
+    live = {v.name for v in graph.inputs if last_use.get(v.name, -1) >= 0}
+    counts = []
+    for k, n in enumerate(graph.nodes):
+        live = {name for name in live if last_use.get(name, -1) > k}
+        live |= {v.name for v in n.outputs if last_use.get(v.name, -1) > k}
+        counts.append(len(live))
+    return counts
+
+
+def pieces(graph: Graph, names: Sequence[str]) -> list[list[str]]:
+    """A region (``names``, in graph order) cut into blocks after the nodes where the fewest
+    tensors are live inside it (a ResNet's bottlenecks), or one or two more when that leaves
+    fewer than :data:`MIN_BLOCKS` blocks (a transformer's attention mask stays live across
+    every layer, so its sub-layers meet where two tensors are live). Any contiguous range is
+    a valid block; the few-tensor points keep the blocks' boundaries cheap."""
+    counts = dict(zip((n.name for n in graph.nodes), live_counts(graph)))
+    inside = [counts[n] for n in names[:-1]]
+    if not inside:
+        return [list(names)]
+    fewest = min(inside)
+    found: list[list[str]] = [list(names)]
+    for extra in (0, 1, 2):
+        found = _split(names, {n for n in names[:-1] if counts[n] <= fewest + extra})
+        if len(found) >= MIN_BLOCKS:
+            break
+    return found
+
+
+def _split(names: Sequence[str], cuts: set[str]) -> list[list[str]]:
+    """``names`` (a region's nodes in graph order) cut after every node in ``cuts``, pieces
+    joined until each holds :data:`MIN_BLOCK_NODES` nodes, then the smallest neighbours merged until at most
+    :data:`MAX_BLOCKS` remain."""
+    pieces: list[list[str]] = [[]]
+    for n in names:
+        pieces[-1].append(n)
+        if n in cuts and n != names[-1]:
+            pieces.append([])
+    merged: list[list[str]] = []
+    for p in pieces:  # pieces joined until each holds MIN_BLOCK_NODES
+        if merged and len(merged[-1]) < MIN_BLOCK_NODES:
+            merged[-1] += p
+        else:
+            merged.append(p)
+    if len(merged) > 1 and len(merged[-1]) < MIN_BLOCK_NODES:
+        merged[-2] += merged.pop()
+    while len(merged) > MAX_BLOCKS:
+        k = min(range(len(merged) - 1), key=lambda j: len(merged[j]) + len(merged[j + 1]))
+        merged[k: k + 2] = [merged[k] + merged[k + 1]]
+    return merged
+
+
+def _region_step(graph: Graph, impl: Implementation, names: list[str],
+                 precision: dict | None = None) -> PlanStep:
+    node = region_node(graph, names)
+    return PlanStep(nodes=list(names), op=REGION_OP, impl=impl.name, backend=impl.backend,
+                    layouts_in=list(impl.input_layouts(node)), layouts_out=list(impl.output_layouts(node)),
+                    why="float32 block" if precision is None else "", precision=precision)
+
+
+def assemble(graph: Graph, registry: Registry, steps: Sequence[PlanStep], provenance: dict | None = None) -> Plan:
+    """A plan of ``steps`` (ordered, with its conversions)."""
+    ordered = order_steps(graph, steps)
+    return Plan(graph=graph.name, steps=ordered, conversions=plan_conversions(graph, registry, ordered),
+                provenance=dict(provenance or {}))
+
+
+def precision_of(impl: Implementation) -> dict | None:
+    """What a plan step of ``impl`` records of its precision (``None`` for float32)."""
+    if impl.precision == "float32":
+        return None
+    return {"dtype": impl.precision, **{k: str(v) for k, v in impl.settings.items()}}
+
+
+def block_plan(graph: Graph, registry: Registry, library: str) -> BlockPlan | None:
+    """``library``'s float32 plan cut into blocks (see the module docstring), ``None`` when
+    the library has no reduced-precision variant or runs no region of ``graph``."""
+    reduced = [i for i in registry.regions([library], precisions=None) if i.precision != "float32"]
+    if not reduced:
+        return None
+    try:
+        whole = heuristic_plan(graph, registry, [library, REFERENCE_BACKEND])
+    except OpDispatchError:
+        return None
+    steps: list[PlanStep] = []
+    blocks: list[PlanStep] = []
+    for s in whole.steps:
+        if s.op != REGION_OP or s.backend != library:
+            steps.append(s)
+            continue
+        impl = registry.impl(s.impl)
+        blocks_of = pieces(graph, s.nodes)
+        cut = [_region_step(graph, impl, p) for p in blocks_of]
+        if len(cut) > 1 and any(impl.supports(region_node(graph, p)) is not None for p in blocks_of):
+            cut = [_region_step(graph, impl, list(s.nodes))]  # a piece the library refuses: kept whole
+        steps += cut
+        blocks += cut
+    if not blocks:
+        return None
+    variants = []
+    for b in blocks:
+        node = region_node(graph, b.nodes)
+        variants.append([i for i in reduced if i.supports(node) is None])
+    plan = assemble(graph, registry, steps, {"label": f"{library} float32 blocks"})
+    return BlockPlan(library, plan, blocks, variants, whole)
+
+
+def with_precisions(graph: Graph, registry: Registry, bp: BlockPlan,
+                    chosen: dict[int, Implementation], label: str) -> Plan:
+    """``bp``'s plan with block ``k`` run by ``chosen[k]`` (a reduced variant), the others in
+    float32."""
+    index = {id(b): k for k, b in enumerate(bp.blocks)}
+    steps = []
+    for s in bp.plan.steps:
+        k = index.get(id(s))
+        if k is None or k not in chosen:
+            steps.append(s)
+        else:
+            impl = chosen[k]
+            steps.append(_region_step(graph, impl, list(s.nodes), precision_of(impl)))
+    return assemble(graph, registry, steps, {"label": label})
+
+
+def whole_in(graph: Graph, registry: Registry, bp: BlockPlan, impl: Implementation) -> Plan | None:
+    """The library's plan with every region whole in ``impl``'s precision (whole-model reduced
+    precision, as the libraries' own tools do it), ``None`` when ``impl`` refuses one."""
+    assert bp.whole is not None
+    steps = []
+    for s in bp.whole.steps:
+        if s.op == REGION_OP and s.backend == bp.library:
+            if impl.supports(region_node(graph, s.nodes)) is not None:
+                return None
+            steps.append(_region_step(graph, impl, list(s.nodes), precision_of(impl)))
+        else:
+            steps.append(s)
+    return assemble(graph, registry, steps, {"label": f"{bp.library} whole {impl.precision}"})

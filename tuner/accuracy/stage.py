@@ -1,0 +1,346 @@
+"""The accuracy objective's stage of tuning: reduced precision per block, within the user's
+budget, on the user's data.
+
+After the float32 stages have chosen the float32 winner, for each library with
+reduced-precision variants (OpenVINO bf16, onnxruntime dynamic int8, ...):
+
+1. its float32 plan is cut into blocks (:mod:`tuner.accuracy.blocks`) and run on the
+   calibration samples; each block's time is measured in place (the executor's per-call
+   timings);
+2. every (block, variant) is measured *alone*: the variant is built and swapped into the
+   float32 plan (:meth:`dispatch.executor.Executor.swap_kernel`), its time measured in place
+   and the error it adds on the model's outputs measured on the calibration samples (its
+   *sensitivity*);
+3. the optimiser picks the fastest assignment whose summed errors fit the allowance (an exact
+   knapsack over blocks: :func:`choose`); the assignment is run on every calibration sample
+   and, while it breaks the budget, the most sensitive reduced block goes back to float32;
+4. the plan is built as it will be stored and checked on the held-out samples; while it
+   breaks the budget there, the most sensitive reduced block goes back to float32, and the
+   final plan is built and checked again. The library's whole regions in each variant (what
+   whole-model quantization does) are checked the same way.
+
+The plans within budget on the held-out samples and the float32 winner are then timed side
+by side (the validation stage's interleaved timing, outputs not compared to the reference:
+their accuracy is what was measured here), and the fastest wins. A plan over budget on the
+held-out samples is never a candidate, so never stored. The report (the winner's provenance,
+``accuracy``) keeps the evidence: the error per output on the held-out samples, every
+measured (block, variant), the candidates and their figures.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from dispatch.executor import Executor
+from dispatch.fusion import region_node
+from dispatch.graph import Graph
+from dispatch.plan import Plan, PlanStep
+from dispatch.registry import Implementation, Registry
+from tuner.accuracy.blocks import BlockPlan, block_plan, precision_of, whole_in, with_precisions
+from tuner.accuracy.data import AccuracyData, Feeds
+from tuner.accuracy.metrics import AccuracyObjective
+from tuner.tune_types import PlanCandidate
+from tuner.validate import _validate
+
+#: calibration samples each (block, variant) is measured on (the first ones)
+SENSITIVITY_SAMPLES = 16
+#: runs whose per-call median gives a block's time
+TIMING_RUNS = 5
+#: steps of the allowance in the knapsack over blocks (:func:`choose`)
+ERROR_STEPS = 1000
+#: the label of the float32 winner among the accuracy stage's candidates
+FLOAT32 = "float32 plan"
+
+
+@dataclass
+class Trial:
+    """One block in one variant, measured alone in the library's float32 plan."""
+
+    library: str
+    block: int
+    nodes: int
+    impl: str
+    precision: str
+    ms_float32: float
+    ms: float | None = None
+    error: float | None = None
+    note: str = ""
+
+
+def outputs(ex: Executor, samples: Sequence[Feeds]) -> list[list[np.ndarray]]:
+    """``ex``'s outputs for each sample (copies)."""
+    return [[np.array(o, copy=True) for o in ex.run(feeds)] for feeds in samples]
+
+
+def call_times(ex: Executor, feeds: Feeds, steps: Sequence[PlanStep], runs: int = TIMING_RUNS) -> list[float]:
+    """The median time in milliseconds of each of ``steps`` (kernel calls of ``ex``) over
+    ``runs`` runs of the whole plan on ``feeds`` (after one untimed run)."""
+    index = {id(c.step): k for k, c in enumerate(ex.calls) if c.kind == "kernel"}
+    ex.run(feeds)
+    samples: list[list[float]] = []
+    for _ in range(max(1, runs)):
+        timings: list[float] = []
+        ex.run(feeds, timings=timings)
+        samples.append(timings)
+    return [float(np.median([t[index[id(s)]] for t in samples])) * 1e3 for s in steps]
+
+
+def choose(options: Sequence[Sequence[tuple[float, float, Any]]], allowance: float) -> list[Any]:
+    """The cheapest choice of one option ``(ms, error, tag)`` per block whose errors sum to at
+    most ``allowance`` (each block's first option must be its float32 one, error 0): an exact
+    knapsack over blocks with the allowance in :data:`ERROR_STEPS` steps (an error is
+    rounded up, so the sum never exceeds it). Returns the chosen tags."""
+    unit = allowance / ERROR_STEPS if allowance > 0 else 0.0
+    cap = ERROR_STEPS if unit > 0 else 0
+
+    def steps_of(err: float) -> int | None:
+        if err <= 0:
+            return 0
+        if unit <= 0:
+            return None
+        need = int(np.ceil(err / unit - 1e-9))
+        return need if need <= cap else None
+
+    best: dict[int, tuple[float, list[Any]]] = {0: (0.0, [])}
+    for opts in options:
+        nxt: dict[int, tuple[float, list[Any]]] = {}
+        for used, (ms_sum, tags) in best.items():
+            for ms, err, tag in opts:
+                need = steps_of(err)
+                if need is None or used + need > cap:
+                    continue
+                total = ms_sum + ms
+                key = used + need
+                if key not in nxt or total < nxt[key][0]:
+                    nxt[key] = (total, [*tags, tag])
+        best = nxt
+    return min(best.values(), key=lambda t: t[0])[1]
+
+
+class AccuracyStage:
+    """Chooses reduced precision per block within the budget (see the module docstring)."""
+
+    def __init__(self, graph: Graph, registry: Registry, backends: Sequence[str],
+                 objective: AccuracyObjective, data: AccuracyData, deadline: float,
+                 say: Callable[[str], None]) -> None:
+        self.graph, self.registry, self.backends = graph, registry, list(backends)
+        self.objective, self.data, self.deadline, self.say = objective, data, deadline, say
+        self.trials: list[Trial] = []
+        self.candidates: list[dict[str, Any]] = []
+        self.notes: list[str] = []
+
+    # -- measuring -----------------------------------------------------------------------
+    def _error(self, reference: Sequence[Sequence[np.ndarray]], got: Sequence[Sequence[np.ndarray]]) -> float:
+        return self.objective.error(reference, got)
+
+    def _check(self, plan: Plan, samples: Sequence[Feeds], reference: Sequence[Sequence[np.ndarray]]) -> tuple[Executor, float]:
+        ex = Executor(self.graph, plan, self.registry)
+        return ex, self._error(reference, outputs(ex, samples))
+
+    def _measure_blocks(self, bp: BlockPlan, ex: Executor, ref_sens: Sequence[Sequence[np.ndarray]],
+                        sens: Sequence[Feeds]) -> dict[tuple[int, str], Callable]:
+        """Every (block, variant) alone: time in place and added error (see the module
+        docstring); returns the built variants by (block, implementation name)."""
+        ms32 = call_times(ex, sens[0], bp.blocks)
+        built: dict[tuple[int, str], Callable] = {}
+        for k, (block, variants) in enumerate(zip(bp.blocks, bp.variants)):
+            for impl in variants:
+                trial = Trial(bp.library, k, len(block.nodes), impl.name, impl.precision, ms32[k])
+                self.trials.append(trial)
+                if time.monotonic() > self.deadline:
+                    trial.note = "not measured: tuning budget spent"
+                    continue
+                node = region_node(self.graph, block.nodes)
+                node.attrs = {**node.attrs, "precision": precision_of(impl)}
+                try:
+                    fn = impl.build(node)
+                except Exception as exc:
+                    trial.note = f"failed to build: {type(exc).__name__}: {exc}"[:300]
+                    continue
+                f32 = ex.swap_kernel(block, fn)
+                try:
+                    trial.error = self._error(ref_sens, outputs(ex, sens))
+                    trial.ms = call_times(ex, sens[0], [block])[0]
+                    built[(k, impl.name)] = fn
+                except Exception as exc:
+                    trial.note = f"failed to run: {type(exc).__name__}: {exc}"[:300]
+                finally:
+                    ex.swap_kernel(block, f32)
+        return built
+
+    def _assignment(self, bp: BlockPlan) -> dict[int, Implementation]:
+        """The fastest assignment predicted within the allowance (:func:`choose`)."""
+        by_name = {i.name: i for vs in bp.variants for i in vs}
+        options: list[list[tuple[float, float, Any]]] = [[] for _ in bp.blocks]
+        for t in self.trials:
+            if t.library == bp.library and not options[t.block]:
+                options[t.block].append((t.ms_float32, 0.0, None))
+        for k in range(len(bp.blocks)):
+            if not options[k]:
+                options[k].append((0.0, 0.0, None))
+        for t in self.trials:
+            if t.library == bp.library and t.ms is not None and t.error is not None and t.ms < t.ms_float32:
+                options[t.block].append((t.ms, t.error, t.impl))
+        tags = choose(options, self.objective.allowance)
+        return {k: by_name[tag] for k, tag in enumerate(tags) if tag is not None}
+
+    def _sensitivity(self, bp: BlockPlan, k: int, impl: Implementation) -> float:
+        found = [t.error for t in self.trials
+                 if t.library == bp.library and t.block == k and t.impl == impl.name and t.error is not None]
+        return found[0] if found else float("inf")
+
+    def _back_off(self, bp: BlockPlan, chosen: dict[int, Implementation], ex: Executor,
+                  steps: Mapping[int, PlanStep], float32_fns: Mapping[int, Callable],
+                  samples: Sequence[Feeds], reference: Sequence[Sequence[np.ndarray]], where: str) -> float:
+        """While ``ex`` (running ``chosen``) breaks the budget on ``samples``, put the most
+        sensitive reduced block back to float32 (in ``ex`` and ``chosen``); its last error."""
+        err = self._error(reference, outputs(ex, samples))
+        while not self.objective.within(err) and chosen:
+            k = max(chosen, key=lambda j: self._sensitivity(bp, j, chosen[j]))
+            self.notes.append(f"{bp.library}: block {k} ({chosen[k].precision}) back to float32: "
+                              f"{self.objective.describe(err)} on the {where} samples")
+            ex.swap_kernel(steps[k], float32_fns[k])
+            del chosen[k]
+            err = self._error(reference, outputs(ex, samples))
+        return err
+
+    # -- the stage ------------------------------------------------------------------------
+    def _library(self, library: str, ref_cal: list, ref_held: list) -> list[tuple[str, Plan, float]]:
+        """The plans of ``library`` within budget on the held-out samples: ``(label, plan,
+        held-out error)``."""
+        bp = block_plan(self.graph, self.registry, library)
+        if bp is None or not any(bp.variants):
+            self.notes.append(f"{library}: no reduced-precision variant runs this model's regions")
+            return []
+        cal, held = self.data.calibration, self.data.held_out
+        sens = cal[:SENSITIVITY_SAMPLES]
+        found: list[tuple[str, Plan, float]] = []
+        self.say(f"accuracy: {library}: {len(bp.blocks)} block(s), measuring "
+                 f"{sum(len(v) for v in bp.variants)} reduced variant(s) alone")
+        ex = Executor(self.graph, bp.plan, self.registry)
+        built = self._measure_blocks(bp, ex, ref_cal[:len(sens)], sens)
+        chosen = {k: impl for k, impl in self._assignment(bp).items() if (k, impl.name) in built}
+        if chosen:
+            float32_fns = {k: ex.swap_kernel(bp.blocks[k], built[(k, impl.name)]) for k, impl in chosen.items()}
+            self._back_off(bp, chosen, ex, dict(enumerate(bp.blocks)), float32_fns, cal, ref_cal, "calibration")
+            for k in float32_fns:
+                if ex.calls and k in chosen:
+                    ex.swap_kernel(bp.blocks[k], float32_fns[k])
+        if chosen:
+            label = f"{library} per block"
+            plan = with_precisions(self.graph, self.registry, bp, dict(chosen), label)
+            ex_mixed, err = self._check(plan, held, ref_held)
+            if not self.objective.within(err):
+                steps = {k: s for k in chosen for s in plan.steps if s.nodes == bp.blocks[k].nodes}
+                fns = {k: next(c.fn for c in ex.calls if c.step is bp.blocks[k]) for k in chosen}
+                self._back_off(bp, chosen, ex_mixed, steps, fns, held, ref_held, "held-out")
+                plan = with_precisions(self.graph, self.registry, bp, dict(chosen), label)
+                ex_mixed, err = self._check(plan, held, ref_held) if chosen else (ex_mixed, float("inf"))
+            del ex_mixed
+            self._candidate(label, plan, err, {k: i.precision for k, i in chosen.items()})
+            if chosen and self.objective.within(err):
+                found.append((label, plan, err))
+        for impl in {i.name: i for vs in bp.variants for i in vs}.values():
+            if time.monotonic() > self.deadline:
+                break
+            plan_w = whole_in(self.graph, self.registry, bp, impl)
+            if plan_w is None:
+                continue
+            label = f"{library} whole {impl.precision}"
+            try:
+                _, err = self._check(plan_w, cal, ref_cal)
+                if self.objective.within(err):
+                    _, err = self._check(plan_w, held, ref_held)
+                    where = "held-out"
+                else:
+                    where = "calibration"
+            except Exception as exc:
+                self.notes.append(f"{label}: failed: {type(exc).__name__}: {exc}"[:300])
+                continue
+            self._candidate(label, plan_w, err, None, where)
+            if self.objective.within(err):
+                found.append((label, plan_w, err))
+        return found
+
+    def _candidate(self, label: str, plan: Plan, err: float, blocks: dict | None, where: str = "held-out") -> None:
+        self.candidates.append({
+            "label": label, "error": err, "figure": self.objective.figure(err), "on": where,
+            "within": self.objective.within(err), "precisions": plan.precisions(),
+            **({"reduced_blocks": {str(k): v for k, v in blocks.items()}} if blocks is not None else {}),
+        })
+
+    def run(self, winner: PlanCandidate, validated: Sequence[PlanCandidate], runs: int) -> PlanCandidate:
+        """The fastest plan within budget on the held-out samples, or ``winner`` (the float32
+        plan) when none is faster; its provenance's ``accuracy`` holds the evidence."""
+        t0 = time.monotonic()
+        ex = Executor(self.graph, winner.plan, self.registry)
+        ref_cal = outputs(ex, self.data.calibration)
+        ref_held = outputs(ex, self.data.held_out)
+        del ex
+        plans: list[PlanCandidate] = [PlanCandidate(FLOAT32, winner.plan, None)]
+        for library in self.backends:
+            if not [i for i in self.registry.regions([library], precisions=None) if i.precision != "float32"]:
+                continue
+            if time.monotonic() > self.deadline:
+                self.notes.append(f"{library}: not searched: tuning budget spent")
+                continue
+            for label, plan, _err in self._library(library, ref_cal, ref_held):
+                plans.append(PlanCandidate(label, plan, None))
+        if len(plans) > 1:
+            self.say(f"accuracy: timing {len(plans)} plan(s) within budget side by side")
+            _validate(self.graph, self.registry, plans, self.data.calibration[0], [], runs,
+                      max(self.deadline, time.monotonic() + 2.0), checked=False, say=self.say)
+        timed = [pc for pc in plans if pc.error is None and pc.latency_ms is not None]
+        chosen = min(timed, key=lambda pc: pc.latency_ms or 0.0) if timed else plans[0]
+        base = next((pc for pc in plans if pc.label == FLOAT32), plans[0])
+        err_by_label = {c["label"]: c["error"] for c in self.candidates if c["within"]}
+        chosen_err = err_by_label.get(chosen.label, 0.0)
+        report = self._report(chosen, base, validated, plans, ref_held, chosen_err, time.monotonic() - t0)
+        chosen.plan.provenance = dict(winner.plan.provenance, accuracy=report,
+                                      **({"winner": chosen.label} if chosen.label != FLOAT32 else {}))
+        if chosen is not base:
+            chosen.peak_bytes = chosen.peak_bytes or winner.peak_bytes
+        return chosen if chosen.label != FLOAT32 else winner
+
+    def _report(self, chosen: PlanCandidate, base: PlanCandidate, validated: Sequence[PlanCandidate],
+                plans: Sequence[PlanCandidate], ref_held: list, err: float, seconds: float) -> dict[str, Any]:
+        names = [v.name for v in self.graph.outputs]
+        per_output: dict[str, float] = {}
+        if chosen.label != FLOAT32:
+            ex = Executor(self.graph, chosen.plan, self.registry)
+            got = outputs(ex, self.data.held_out)
+            del ex
+            for j, name in enumerate(names):
+                e = self._error([[r[j]] for r in ref_held], [[g[j]] for g in got])
+                per_output[name] = self.objective.figure(e)
+            err = self._error(ref_held, got)
+        subgraph = {i.backend for i in self.registry.regions(self.backends)}  # onnxruntime, OpenVINO
+        libraries = [pc for pc in validated if pc.baseline and pc.latency_ms and pc.error is None
+                     and pc.label.removesuffix(" first") in subgraph]
+        best_lib = min(libraries, key=lambda pc: pc.latency_ms or 0.0) if libraries else None
+        speed: dict[str, Any] = {}
+        if chosen.latency_ms and base.latency_ms:
+            speed["vs_float32_plan"] = chosen.latency_ms / base.latency_ms
+            winner_f32 = next((pc for pc in validated if pc.plan is base.plan), None)
+            if best_lib is not None and winner_f32 is not None and winner_f32.latency_ms:
+                # (the float32 plan timed in both rounds carries the ratio across)
+                speed["vs_best_float32_library"] = speed["vs_float32_plan"] * winner_f32.latency_ms / best_lib.latency_ms
+                speed["best_float32_library"] = best_lib.label.removesuffix(" first")
+        return {
+            "metric": self.objective.metric, "budget": self.objective.budget,
+            "data": {"digest": self.data.digest, "source": self.data.source,
+                     "calibration": len(self.data.calibration), "held_out": len(self.data.held_out)},
+            "held_out": {"error": err, "figure": self.objective.figure(err), "per_output": per_output,
+                         "within": self.objective.within(err)},
+            "winner": chosen.label, "precisions": chosen.plan.precisions(), "speed": speed,
+            "timed": [{"label": pc.label, "latency_ms": pc.latency_ms, "spread_ms": pc.spread_ms,
+                       "error": pc.error} for pc in plans],
+            "candidates": self.candidates,
+            "trials": [t.__dict__ for t in self.trials],
+            "notes": self.notes, "seconds": round(seconds, 2),
+        }
