@@ -49,9 +49,8 @@ LayoutSpec = "tuple[str, ...] | Callable[[Node], tuple[str, ...]]"
 
 
 #: The backend whose implementations define every operator's semantics: the tuner checks every
-#: candidate against its implementation and validates whole plans against an all-reference
-#: plan. A backend that brings a custom operator contributes the operator's reference
-#: implementation under this backend name.
+#: candidate against it and validates whole plans against an all-reference plan. A backend that
+#: brings a custom operator contributes its reference implementation under this backend name.
 REFERENCE_BACKEND = "numpy"
 
 
@@ -102,8 +101,10 @@ class Implementation:
     #: whether it runs nodes whose shapes are known only at run time (dynamic values:
     #: :mod:`dispatch.subgraph`); the reference backend's do, sizing outputs from the arrays
     dynamic_shapes: bool = False
-    #: ``float32``, or a reduced precision (``bf16``, ``int8``) only accuracy tuning may choose
+    #: ``float32``, or a reduced precision (``bf16``, ``int8``) only accuracy tuning may choose;
+    #: ``calibrate(region, input samples) -> JSON`` what its build needs of the data (ranges)
     precision: str = "float32"
+    calibrate: Callable[[Any, list], Any] | None = None
 
     @property
     def is_region(self) -> bool:
@@ -137,8 +138,7 @@ class ImplTable:
     """A backend's own table of implementations, filled with the :meth:`register` decorator."""
 
     def __init__(self, backend: str, *, dynamic_shapes: bool = False) -> None:
-        """``dynamic_shapes``: whether the single-node implementations registered here run
-        nodes whose shapes are known only at run time (:attr:`Implementation.dynamic_shapes`)."""
+        """``dynamic_shapes``: see :attr:`Implementation.dynamic_shapes` (single-node ones)."""
         self.backend = backend
         self.dynamic_shapes = dynamic_shapes
         self._impls: list[Implementation] = []
@@ -223,7 +223,7 @@ class ImplTable:
         priority: int = Priority.DEFAULT,
         supports: SupportsFn | None = None,
         settings: Mapping[str, Any] | None = None,
-        dynamic_shapes: bool = False, precision: str = "float32",
+        dynamic_shapes: bool = False, precision: str = "float32", calibrate: Callable | None = None,
     ) -> Callable[[BuildFn], BuildFn]:
         """Decorate the build function of a region implementation ``Region.{backend}.{variant}``:
         ``propose(graph)`` lists the convex node sets it offers (several granularities, so the
@@ -232,7 +232,7 @@ class ImplTable:
         standard layout. ``settings`` names the library settings the build uses (shown in
         reports; a variant of the same library with other settings is another registration).
         ``dynamic_shapes``: its regions may hold values whose shapes are known only at run
-        time (its ``supports`` still decides node by node). ``precision``: see :meth:`regions`."""
+        time (its ``supports`` still decides node by node). ``precision``, ``calibrate``: see :class:`Implementation`."""
         from dispatch.fusion import REGION_OP
 
         def deco(build: BuildFn) -> BuildFn:
@@ -247,7 +247,7 @@ class ImplTable:
                     doc=(build.__doc__ or "").strip().split("\n")[0],
                     propose=propose,
                     settings=dict(settings or {}),
-                    dynamic_shapes=dynamic_shapes, precision=precision,
+                    dynamic_shapes=dynamic_shapes, precision=precision, calibrate=calibrate,
                 )
             )
             return build

@@ -1,16 +1,13 @@
-"""onnxruntime regions in int8: the region's model quantized by onnxruntime's own tool
-(``onnxruntime.quantization.quantize_dynamic``): the MatMul and Gemm nodes whose weights are
-constants get int8 weights (per output channel where asked) and quantize their activations at
-run time (``DynamicQuantizeLinear`` + ``MatMulInteger``: VNNI instructions where the CPU has
-them). The region still reads and writes the model's float32 tensors, so the variant is a
+"""onnxruntime regions in int8, quantized by onnxruntime's own tool: dynamically
+(``quantize_dynamic``: the MatMul and Gemm nodes whose weights are constants get int8 weights
+and quantize their activations at run time, ``DynamicQuantizeLinear`` + ``MatMulInteger``) or
+statically (a QDQ model with ranges calibrated on the user's data: :mod:`impls.static_quant`). The region still reads and writes the model's float32 tensors, so the variant is a
 drop-in for the float32 region; only accuracy-objective tuning offers it
 (:mod:`tuner.accuracy`), which measures the error it adds on the user's data.
 """
 
 from __future__ import annotations
 
-import contextlib
-import logging
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -21,6 +18,7 @@ from dispatch.fusion import FusedNode
 from dispatch.registry import Priority
 from impls.onnxruntime.region import _supports, bound_run, impls, propose, session
 from impls.regions import region_model
+from impls.static_quant import calibrate, qdq_model, quiet_root_logger, static_reason
 
 #: the ops whose constant weights dynamic quantization turns into int8
 DYNAMIC_OPS = ("MatMul", "Gemm")
@@ -53,23 +51,12 @@ def dynamic_model(region: FusedNode, per_channel: bool = False) -> Any:
 
     model = region_model(region)
     # (the tool logs a suggestion to pre-process on the root logger at each call)
-    with tempfile.TemporaryDirectory(prefix="opdispatch-int8-") as tmp, _quiet_root_logger():
+    with tempfile.TemporaryDirectory(prefix="opdispatch-int8-") as tmp, quiet_root_logger():
         out = Path(tmp) / "int8.onnx"
         quantize_dynamic(model, out, op_types_to_quantize=list(DYNAMIC_OPS), per_channel=per_channel,
                          weight_type=QuantType.QInt8, nodes_to_quantize=_weighted(region),
                          extra_options={"MatMulConstBOnly": True})
         return onnx.load(str(out))
-
-
-@contextlib.contextmanager
-def _quiet_root_logger():
-    root = logging.getLogger()
-    level = root.level
-    root.setLevel(max(level, logging.ERROR))
-    try:
-        yield
-    finally:
-        root.setLevel(level)
 
 
 @impls.register_region("session_int8_dynamic", propose=propose, priority=Priority.FALLBACK,
@@ -80,4 +67,19 @@ def build_region_int8_dynamic(region: FusedNode):
     """A region as an onnxruntime InferenceSession with its weighted MatMul / Gemm nodes in
     int8, activations quantized at run time (float32 at its edges)."""
     model = dynamic_model(region)
+    return bound_run(region, lambda: session(region, model=model))
+
+
+def _static_supports(region: FusedNode) -> str | None:
+    return _supports(region) or static_reason(region)
+
+
+@impls.register_region("session_int8_static", propose=propose, priority=Priority.FALLBACK,
+                       supports=_static_supports,
+                       settings={"quantization": "static int8 QDQ (Conv, MatMul, Gemm; per channel)"},
+                       precision="int8", calibrate=calibrate)
+def build_region_int8_static(region: FusedNode):
+    """A region as an onnxruntime InferenceSession of its QDQ int8 model (ranges calibrated on
+    the user's data, stored with the plan step; float32 at its edges)."""
+    model = qdq_model(region)
     return bound_run(region, lambda: session(region, model=model))

@@ -260,11 +260,12 @@ def build_region(region: FusedNode):
     return build_compiled(region)
 
 
-def build_compiled(region: FusedNode, precision: str = "f32"):
-    """:func:`build_region` with the inference precision hint ``precision``."""
+def build_compiled(region: FusedNode, precision: str = "f32", compile: Any = None):
+    """:func:`build_region` with the inference precision hint ``precision``, or with the model
+    ``compile(region)`` returns (a quantized one: :mod:`impls.openvino.reduced`)."""
     core().get_versions("CPU")  # the plugin loaded before the probe: its code is not the region's data
     probe = MemoryProbe().start()
-    compiled = compiled_model(region, precision)
+    compiled = compile(region) if compile is not None else compiled_model(region, precision)
     created = probe.stop() or 0
     pending = [True]
     out_bytes = sum(v.nbytes for v in region.outputs)  # counted by the plan, not the library

@@ -66,8 +66,8 @@ def mlp_model(path: Path) -> Path:
     graph = helper.make_graph(
         [helper.make_node("MatMul", ["x", "w1"], ["h"], name="mm1"), helper.make_node("Relu", ["h"], ["r"], name="relu"),
          helper.make_node("MatMul", ["r", "w2"], ["y"], name="mm2")], "mlp",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 64])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 32])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 32])],
         [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2")])
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
     return path
@@ -199,6 +199,8 @@ def test_search_takes_what_fits_and_backs_off_what_breaks_the_budget(tmp_path):
     text = result.summary()
     assert "accuracy objective max-rel <= " in text and "int8: 3 node(s)" in text
     assert "precision: " in plan.describe()
+    # NaN/Inf requests run the float32 plan (the variants were measured on finite data)
+    assert plan.nonfinite_fallback is not None and set(plan.nonfinite_fallback.precisions()) == {"float32"}
     reduced = [s for s in plan.steps if s.precision]
     assert reduced and reduced[0].precision["dtype"] == "int8"
     assert "precision" not in json.dumps([s for s in json.loads(plan.to_json())["steps"] if not s.get("precision")])
@@ -252,6 +254,8 @@ def test_accuracy_goes_with_the_latency_objective(tmp_path):
 # -- the real variants against the numpy reference ----------------------------------------------
 
 @pytest.mark.parametrize("impl_name,tolerance", [("Region.onnxruntime.session_int8_dynamic", 0.05),
+                                                 ("Region.onnxruntime.session_int8_static", 0.05),
+                                                 ("Region.openvino.compiled_int8", 0.05),
                                                  ("Region.openvino.compiled_bf16", 0.02)])
 def test_reduced_variants_against_the_reference(tmp_path, impl_name, tolerance):
     from dispatch.backend import load_registry
@@ -270,7 +274,12 @@ def test_reduced_variants_against_the_reference(tmp_path, impl_name, tolerance):
     assert why is None
     assert impl.precision in ("int8", "bf16")
     assert impl_name not in [i.name for i in reg.regions()]  # never offered to float32 tuning
-    x = np.random.default_rng(3).standard_normal((4, 64)).astype(np.float32)
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((1, 4, 64)).astype(np.float32)
+    if impl.calibrate is not None:  # static int8: ranges calibrated on other samples, stored with the step
+        calibration = impl.calibrate(node, [(rng.standard_normal((1, 4, 64)).astype(np.float32),) for _ in range(8)])
+        json.dumps(calibration)  # plain JSON, as a plan step stores it
+        node.attrs = {**node.attrs, "precision": {"dtype": "int8", "calibration": calibration}}
     w1, w2 = (np.asarray(graph.value(n).const) for n in ("w1", "w2"))
     expected = np.maximum(x @ w1, 0) @ w2
     got = impl.build(node)(x)[0]
@@ -282,7 +291,7 @@ def test_reduced_variants_against_the_reference(tmp_path, impl_name, tolerance):
 def test_cli_tune_and_run_with_accuracy(tmp_path):
     model = mlp_model(tmp_path / "mlp.onnx")
     rng = np.random.default_rng(0)
-    np.savez(tmp_path / "data.npz", x=rng.standard_normal((8, 4, 64)).astype(np.float32))
+    np.savez(tmp_path / "data.npz", x=rng.standard_normal((8, 1, 4, 64)).astype(np.float32))
     env = dict(os.environ, OPDISPATCH_STORE=str(tmp_path / "plans.db"))
     common = [sys.executable, "-m", "tuner.cli"]
     tuned = subprocess.run([*common, "tune", str(model), "--budget", "20", "--backends", "onnxruntime,numpy",
@@ -294,6 +303,11 @@ def test_cli_tune_and_run_with_accuracy(tmp_path):
                           "--accuracy", "cosine:0.99", "--data", str(tmp_path / "data.npz")],
                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
     assert ran.returncode == 0, ran.stderr[-2000:]
+    objective = next(w for line in tuned.stdout.splitlines() for w in line.split() if w.startswith("latency+accuracy="))
+    report = subprocess.run([*common, "report", str(model), "--backends", "onnxruntime,numpy", "--objective",
+                             objective.rstrip(";,")], capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+    assert report.returncode == 0, report.stderr[-2000:]
+    assert "precision" in report.stdout and "accuracy objective cosine >= 0.99" in report.stdout
     bad = subprocess.run([*common, "tune", str(model), "--budget", "5", "--accuracy", "cosine:2",
                           "--data", str(tmp_path / "data.npz")], capture_output=True, text=True, cwd=ROOT,
                          env=env, timeout=300)
@@ -301,3 +315,41 @@ def test_cli_tune_and_run_with_accuracy(tmp_path):
     alone = subprocess.run([*common, "run", str(model), "--accuracy", "cosine:0.99"], capture_output=True,
                            text=True, cwd=ROOT, env=env, timeout=300)
     assert alone.returncode != 0 and "go together" in alone.stderr
+
+
+def test_session_tune_with_feeds_and_a_metric_of_ones_own(tmp_path):
+    from dispatch.session import Session
+
+    model = chain_model(tmp_path / "chain.onnx")
+    reg = registry_with_fake_precision()
+    sess = Session(str(model), store=str(tmp_path / "plans.db"), backends=["fakeprec"], registry=reg)
+    calls = []
+
+    def worst_abs(reference, got):  # the user's metric: the largest absolute difference
+        calls.append(len(got))
+        return max(float(np.max(np.abs(r[0] - g[0]))) for r, g in zip(reference, got))
+
+    result = sess.tune(budget_s=10, accuracy="worst-abs:0.05", accuracy_data=samples(8), accuracy_fn=worst_abs,
+                       validate_runs=3)
+    assert calls and accuracy_target(result.key.objective)[:2] == ("worst-abs", 0.05)
+    assert result.plan.provenance["accuracy"]["held_out"]["within"]
+    feeds = samples(1, seed=9)[0]
+    np.testing.assert_allclose(sess.run(None, feeds)[0], Session(str(model), store=False).run(None, feeds)[0], rtol=0.05)
+    # the stored plan is found again by its objective, data digest included
+    again = Session(str(model), store=str(tmp_path / "plans.db"), backends=["fakeprec"], registry=reg,
+                    objective=result.key.objective, require_plan=True)
+    assert again.plan.precisions() == result.plan.precisions()
+
+
+def test_blocks_partition_a_region_exactly():
+    from tuner.accuracy.blocks import MAX_BLOCKS, MIN_BLOCK_NODES, _split
+
+    rng = np.random.default_rng(0)
+    for n in (1, 2, 5, 10, 40, 200):
+        names = [f"n{i}" for i in range(n)]
+        for _ in range(20):
+            cuts = {m for m in names if rng.random() < rng.random()}
+            pieces = _split(names, cuts)
+            assert [m for p in pieces for m in p] == names  # every node once, in order
+            assert len(pieces) <= MAX_BLOCKS
+            assert all(len(p) >= MIN_BLOCK_NODES for p in pieces) or len(pieces) == 1

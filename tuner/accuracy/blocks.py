@@ -10,7 +10,7 @@ with it).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from dispatch.errors import OpDispatchError
@@ -99,7 +99,8 @@ def _split(names: Sequence[str], cuts: set[str]) -> list[list[str]]:
         else:
             merged.append(p)
     if len(merged) > 1 and len(merged[-1]) < MIN_BLOCK_NODES:
-        merged[-2] += merged.pop()
+        tail = merged.pop()
+        merged[-1] += tail
     while len(merged) > MAX_BLOCKS:
         k = min(range(len(merged) - 1), key=lambda j: len(merged[j]) + len(merged[j + 1]))
         merged[k: k + 2] = [merged[k] + merged[k + 1]]
@@ -162,9 +163,10 @@ def block_plan(graph: Graph, registry: Registry, library: str) -> BlockPlan | No
 
 
 def with_precisions(graph: Graph, registry: Registry, bp: BlockPlan,
-                    chosen: dict[int, Implementation], label: str) -> Plan:
-    """``bp``'s plan with block ``k`` run by ``chosen[k]`` (a reduced variant), the others in
-    float32."""
+                    chosen: Mapping[int, tuple[Implementation, dict | None]], label: str) -> Plan:
+    """``bp``'s plan with block ``k`` run by ``chosen[k]`` (a reduced variant and the precision
+    its step records: :func:`precision_of`, with its calibration where it has one), the
+    others in float32."""
     index = {id(b): k for k, b in enumerate(bp.blocks)}
     steps = []
     for s in bp.plan.steps:
@@ -172,21 +174,30 @@ def with_precisions(graph: Graph, registry: Registry, bp: BlockPlan,
         if k is None or k not in chosen:
             steps.append(s)
         else:
-            impl = chosen[k]
-            steps.append(_region_step(graph, impl, list(s.nodes), precision_of(impl)))
+            impl, precision = chosen[k]
+            steps.append(_region_step(graph, impl, list(s.nodes), precision))
     return assemble(graph, registry, steps, {"label": label})
 
 
-def whole_in(graph: Graph, registry: Registry, bp: BlockPlan, impl: Implementation) -> Plan | None:
-    """The library's plan with every region whole in ``impl``'s precision (whole-model reduced
-    precision, as the libraries' own tools do it), ``None`` when ``impl`` refuses one."""
+def library_regions(bp: BlockPlan) -> list[PlanStep]:
+    """The library's whole region steps (of :attr:`BlockPlan.whole`)."""
     assert bp.whole is not None
+    return [s for s in bp.whole.steps if s.op == REGION_OP and s.backend == bp.library]
+
+
+def whole_in(graph: Graph, registry: Registry, bp: BlockPlan, impl: Implementation,
+             precision_for: Callable[[PlanStep], dict | None]) -> Plan | None:
+    """The library's plan with every region whole in ``impl``'s precision (whole-model reduced
+    precision, as the libraries' own tools do it; ``precision_for(step)``: what each step
+    records), ``None`` when ``impl`` refuses one."""
+    assert bp.whole is not None
+    regions = {id(s) for s in library_regions(bp)}
     steps = []
     for s in bp.whole.steps:
-        if s.op == REGION_OP and s.backend == bp.library:
+        if id(s) in regions:
             if impl.supports(region_node(graph, s.nodes)) is not None:
                 return None
-            steps.append(_region_step(graph, impl, list(s.nodes), precision_of(impl)))
+            steps.append(_region_step(graph, impl, list(s.nodes), precision_for(s)))
         else:
             steps.append(s)
     return assemble(graph, registry, steps, {"label": f"{bp.library} whole {impl.precision}"})

@@ -29,6 +29,7 @@ measured (block, variant), the candidates and their figures.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -41,7 +42,14 @@ from dispatch.fusion import region_node
 from dispatch.graph import Graph
 from dispatch.plan import Plan, PlanStep
 from dispatch.registry import Implementation, Registry
-from tuner.accuracy.blocks import BlockPlan, block_plan, precision_of, whole_in, with_precisions
+from tuner.accuracy.blocks import (
+    BlockPlan,
+    block_plan,
+    library_regions,
+    precision_of,
+    whole_in,
+    with_precisions,
+)
 from tuner.accuracy.data import AccuracyData, Feeds
 from tuner.accuracy.metrics import AccuracyObjective
 from tuner.tune_types import PlanCandidate
@@ -49,6 +57,8 @@ from tuner.validate import _validate
 
 #: calibration samples each (block, variant) is measured on (the first ones)
 SENSITIVITY_SAMPLES = 16
+#: calibration samples a static int8 variant's ranges are calibrated on (the first ones)
+CALIBRATION_SAMPLES = 16
 #: runs whose per-call median gives a block's time
 TIMING_RUNS = 5
 #: steps of the allowance in the knapsack over blocks (:func:`choose`)
@@ -88,6 +98,25 @@ def call_times(ex: Executor, feeds: Feeds, steps: Sequence[PlanStep], runs: int 
         ex.run(feeds, timings=timings)
         samples.append(timings)
     return [float(np.median([t[index[id(s)]] for t in samples])) * 1e3 for s in steps]
+
+
+def record_inputs(ex: Executor, steps: Sequence[PlanStep], samples: Sequence[Feeds]) -> list[list[tuple]]:
+    """The inputs each of ``steps`` (kernel calls of ``ex``) reads, per sample: what a
+    calibrated variant (static int8) is calibrated on."""
+    seen: list[list[tuple]] = [[] for _ in steps]
+    originals = []
+    for k, step in enumerate(steps):
+        def recorder(*arrays: np.ndarray, _k: int = k) -> Any:
+            seen[_k].append(tuple(np.array(a, copy=True) for a in arrays))
+            return originals[_k](*arrays)
+        originals.append(ex.swap_kernel(step, recorder))
+    try:
+        for feeds in samples:
+            ex.run(feeds)
+    finally:
+        for step, fn in zip(steps, originals):
+            ex.swap_kernel(step, fn)
+    return seen
 
 
 def choose(options: Sequence[Sequence[tuple[float, float, Any]]], allowance: float) -> list[Any]:
@@ -133,6 +162,9 @@ class AccuracyStage:
         self.trials: list[Trial] = []
         self.candidates: list[dict[str, Any]] = []
         self.notes: list[str] = []
+        #: what each measured (library, block, implementation) records as its precision
+        self.precisions: dict[tuple[str, int, str], dict | None] = {}
+        self._calibrations: dict[tuple, Any] = {}
 
     # -- measuring -----------------------------------------------------------------------
     def _error(self, reference: Sequence[Sequence[np.ndarray]], got: Sequence[Sequence[np.ndarray]]) -> float:
@@ -147,6 +179,9 @@ class AccuracyStage:
         """Every (block, variant) alone: time in place and added error (see the module
         docstring); returns the built variants by (block, implementation name)."""
         ms32 = call_times(ex, sens[0], bp.blocks)
+        calibrated = [k for k, vs in enumerate(bp.variants) if any(i.calibrate for i in vs)]
+        recorded = dict(zip(calibrated, record_inputs(ex, [bp.blocks[k] for k in calibrated],
+                                                      self.data.calibration[:CALIBRATION_SAMPLES])))
         built: dict[tuple[int, str], Callable] = {}
         for k, (block, variants) in enumerate(zip(bp.blocks, bp.variants)):
             for impl in variants:
@@ -156,8 +191,10 @@ class AccuracyStage:
                     trial.note = "not measured: tuning budget spent"
                     continue
                 node = region_node(self.graph, block.nodes)
-                node.attrs = {**node.attrs, "precision": precision_of(impl)}
                 try:
+                    precision = self._precision(impl, node, recorded.get(k, []))
+                    node.attrs = {**node.attrs, "precision": precision}
+                    self.precisions[(bp.library, k, impl.name)] = precision
                     fn = impl.build(node)
                 except Exception as exc:
                     trial.note = f"failed to build: {type(exc).__name__}: {exc}"[:300]
@@ -172,6 +209,18 @@ class AccuracyStage:
                 finally:
                     ex.swap_kernel(block, f32)
         return built
+
+    def _precision(self, impl: Implementation, node: Any, samples: list[tuple]) -> dict | None:
+        """What a step of ``impl`` over ``node`` records: its precision, and its calibration
+        on the recorded input ``samples`` for a calibrated variant (once per region and
+        calibration function: onnxruntime's and OpenVINO's static int8 share theirs)."""
+        precision = precision_of(impl)
+        if impl.calibrate is None:
+            return precision
+        key = (tuple(n.name for n in node.nodes), impl.calibrate)
+        if key not in self._calibrations:
+            self._calibrations[key] = impl.calibrate(node, samples)
+        return {**(precision or {}), "calibration": self._calibrations[key]}
 
     def _assignment(self, bp: BlockPlan) -> dict[int, Implementation]:
         """The fastest assignment predicted within the allowance (:func:`choose`)."""
@@ -231,28 +280,44 @@ class AccuracyStage:
             for k in float32_fns:
                 if ex.calls and k in chosen:
                     ex.swap_kernel(bp.blocks[k], float32_fns[k])
+
+        def picked() -> dict[int, tuple[Implementation, dict | None]]:
+            return {k: (i, self.precisions.get((library, k, i.name))) for k, i in chosen.items()}
+
         if chosen:
             label = f"{library} per block"
-            plan = with_precisions(self.graph, self.registry, bp, dict(chosen), label)
+            plan = with_precisions(self.graph, self.registry, bp, picked(), label)
             ex_mixed, err = self._check(plan, held, ref_held)
             if not self.objective.within(err):
                 steps = {k: s for k in chosen for s in plan.steps if s.nodes == bp.blocks[k].nodes}
                 fns = {k: next(c.fn for c in ex.calls if c.step is bp.blocks[k]) for k in chosen}
                 self._back_off(bp, chosen, ex_mixed, steps, fns, held, ref_held, "held-out")
-                plan = with_precisions(self.graph, self.registry, bp, dict(chosen), label)
+                plan = with_precisions(self.graph, self.registry, bp, picked(), label)
                 ex_mixed, err = self._check(plan, held, ref_held) if chosen else (ex_mixed, float("inf"))
             del ex_mixed
             self._candidate(label, plan, err, {k: i.precision for k, i in chosen.items()})
             if chosen and self.objective.within(err):
                 found.append((label, plan, err))
+        whole_inputs: list[list[tuple]] = []
+        regions = library_regions(bp)
+        index = {id(r): j for j, r in enumerate(regions)}
+
+        def precision_for(impl: Implementation, step: PlanStep) -> dict | None:
+            recorded = whole_inputs[index[id(step)]] if whole_inputs else []
+            return self._precision(impl, region_node(self.graph, step.nodes), recorded)
+
         for impl in {i.name: i for vs in bp.variants for i in vs}.values():
             if time.monotonic() > self.deadline:
                 break
-            plan_w = whole_in(self.graph, self.registry, bp, impl)
-            if plan_w is None:
-                continue
-            label = f"{library} whole {impl.precision}"
+            label = f"{library} whole {impl.precision}" + (" (static)" if impl.calibrate else "")
             try:
+                if impl.calibrate is not None and not whole_inputs:
+                    assert bp.whole is not None
+                    whole_inputs[:] = record_inputs(Executor(self.graph, bp.whole, self.registry), regions,
+                                                    cal[:CALIBRATION_SAMPLES])
+                plan_w = whole_in(self.graph, self.registry, bp, impl, functools.partial(precision_for, impl))
+                if plan_w is None:
+                    continue
                 _, err = self._check(plan_w, cal, ref_cal)
                 if self.objective.within(err):
                     _, err = self._check(plan_w, held, ref_held)
@@ -303,9 +368,16 @@ class AccuracyStage:
         report = self._report(chosen, base, validated, plans, ref_held, chosen_err, time.monotonic() - t0)
         chosen.plan.provenance = dict(winner.plan.provenance, accuracy=report,
                                       **({"winner": chosen.label} if chosen.label != FLOAT32 else {}))
-        if chosen is not base:
-            chosen.peak_bytes = chosen.peak_bytes or winner.peak_bytes
-        return chosen if chosen.label != FLOAT32 else winner
+        if chosen is base:
+            return winner
+        chosen.peak_bytes = chosen.peak_bytes or winner.peak_bytes
+        # requests holding NaN or Inf run the float32 plan (or its own guard), which agrees with
+        # the reference there: the reduced variants were measured on the user's finite data
+        fallback = winner.plan.nonfinite_fallback or Plan(
+            graph=winner.plan.graph, steps=winner.plan.steps, conversions=winner.plan.conversions,
+            provenance={"label": "the float32 plan"})
+        chosen.plan.nonfinite_fallback = fallback
+        return chosen
 
     def _report(self, chosen: PlanCandidate, base: PlanCandidate, validated: Sequence[PlanCandidate],
                 plans: Sequence[PlanCandidate], ref_held: list, err: float, seconds: float) -> dict[str, Any]:

@@ -17,6 +17,8 @@ def accuracy_lines(acc: Mapping[str, Any]) -> list[str]:
     """Lines for the terminal summary (``TuneResult.stats["accuracy"]``)."""
     if acc.get("note"):
         return [f"accuracy: {acc['note']}"]
+    if not acc.get("metric"):
+        return ["accuracy: not recorded with this plan"]
     metric, budget = acc.get("metric"), acc.get("budget")
     data = acc.get("data") or {}
     held = acc.get("held_out") or {}

@@ -34,6 +34,11 @@ def summary_rows(s: Mapping[str, Any]) -> list[tuple[str, str]]:
         rows.append(("NaN/Inf guard", f"guarded: NaN/Inf inputs run {s['nonfinite_guard']}"))
     if s.get("serving"):
         rows.append(("serving", str(s["serving"])))
+    if s.get("accuracy") or set(s.get("precisions") or {}) - {"float32"}:
+        from tuner.accuracy.summary import accuracy_lines
+
+        rows.append(("precision", ", ".join(f"{p}: {n} node(s)" for p, n in (s.get("precisions") or {}).items())))
+        rows.append(("accuracy", "\n".join(line.strip() for line in accuracy_lines(s.get("accuracy") or {})[:3])))
     final = (s.get("throughput") or {}).get("final")
     if final:
         rows.append(("under load", f"{final['throughput']:.1f} inferences/s with "

@@ -82,6 +82,9 @@ def summarise(src: Sources, table: pd.DataFrame, times: list[dict[str, Any]],
         # a throughput plan: how it serves concurrent requests, and what it did under load
         "serving": _serving(plan),
         "throughput": prov.get("throughput"),
+        # an accuracy objective: the precisions the steps compute in, the held-out evidence
+        "precisions": plan.precisions(),
+        "accuracy": prov.get("accuracy"),
     }
     return s
 

@@ -1,0 +1,253 @@
+"""Reduced precision within an accuracy budget (issue 33), side by side on real data.
+
+For each model of ``bench/models/accuracy_models.py`` (MiniLM-L6 with its real weights on real
+sentences, the YOLOv8n detector shipped in nudenet on real photographs, BERT-base and ResNet-50
+exports with random weights): ``opdispatch tune MODEL --accuracy cosine:BUDGET --data DATA`` in
+a process of its own, then every set-up timed in processes of its own, alternating, one round
+after another (production runs one plan per process):
+
+- ``tuned plan``: the plan just tuned, from the store (``opdispatch run``'s Session);
+- ``onnxruntime f32`` and ``openvino f32`` (the float32 libraries; OpenVINO with its f32 hint:
+  its default on a bf16 CPU is bf16, listed as ``openvino default``);
+- ``ort dynamic int8`` (``quantize_dynamic``, whole model), ``ort static int8`` and ``openvino
+  static int8`` (``quantize_static``'s QDQ model with per-channel weights, calibrated on the
+  same calibration half of the data, run by each library).
+
+Each set-up's accuracy is the worst held-out sample's cosine of every output to float32
+(onnxruntime f32's outputs), on the held-out half the tuner never chose on. The figures: the
+median latency over the rounds (each round's figure the median of its timed runs), its ratio to
+the best float32 library, and the cosine. The CPU and its flags are named.
+
+Run: ``python bench/models/accuracy_models.py`` once, then
+``python bench/accuracy_bench.py [--models minilm_real,resnet50] [--budget S] [--rounds R]``.
+Nothing here is run by the tests; run it on a quiet machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = Path(os.environ.get("OPDISPATCH_ACCURACY_MODELS", "~/.cache/opdispatch/bench-models/accuracy")).expanduser()
+MODELS = ("minilm_real", "yolov8n", "bert_base", "resnet50")
+SETUPS = ("tuned plan", "onnxruntime f32", "openvino f32", "openvino default", "ort dynamic int8",
+          "ort static int8", "openvino static int8")
+#: timed runs per set-up and round (after warm-up)
+RUNS = 20
+
+
+def machine() -> dict[str, Any]:
+    """The CPU model, the usable cores and the extensions reduced precision depends on."""
+    name, flags = "unknown", set()
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "model name" and name == "unknown":
+            name = value.strip()
+        elif key.strip() == "flags" and not flags:
+            flags = set(value.split())
+    wanted = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_int8", "amx_bf16")
+    return {"cpu": name, "cores": len(os.sched_getaffinity(0)), "flags": [f for f in wanted if f in flags]}
+
+
+def load_split(name: str) -> tuple[list[dict], list[dict]]:
+    """The model's samples split as the tuner splits them (first half calibration)."""
+    from dispatch.backend import load_registry
+    from tuner.accuracy.data import load_data
+    from tuner.tune import load_graph
+
+    registry = load_registry()
+    graph = load_graph(str(DATA / f"{name}.onnx"), registry, ["numpy"], _shapes(name))
+    data = load_data(str(DATA / f"{name}_data.npz"), graph)
+    return data.calibration, data.held_out
+
+
+def _shapes(name: str) -> dict[str, list[int]] | None:
+    return {"images": [1, 3, 320, 320]} if name == "yolov8n" else None
+
+
+def prepare(name: str, work: Path, calibration: list[dict]) -> None:
+    """The whole-model quantized variants: onnxruntime's tools, calibrated on the tuner's
+    calibration half."""
+    import onnx
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_dynamic,
+        quantize_static,
+    )
+
+    src = str(DATA / f"{name}.onnx")
+    if name == "resnet50":  # random weights: the final Softmax saturates; compare the logits
+        from dispatch.zoo import drop_final_softmax
+
+        model = drop_final_softmax(onnx.load(src))
+        src = str(work / "resnet50_logits.onnx")
+        onnx.save(model, src)
+    (work / "float.onnx").write_bytes(Path(src).read_bytes())
+    quantize_dynamic(src, str(work / "dynamic.onnx"), weight_type=QuantType.QInt8)
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self._it = iter(calibration)
+
+        def get_next(self) -> dict | None:
+            return next(self._it, None)
+
+    quantize_static(src, str(work / "static.onnx"), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
+                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+
+
+def worker(setup: str, work: Path, store: str, data_npz: str, budget: str) -> None:
+    """One set-up in this process: outputs on the held-out samples (saved), then timed runs on
+    the first held-out sample; prints the median in milliseconds."""
+    held = [dict(np.load(work / "held.npz", allow_pickle=False))]
+    held = [{k: v[i] for k, v in held[0].items()} for i in range(len(next(iter(held[0].values()))))]
+    if setup == "tuned plan":
+        from dispatch.session import Session
+
+        sess = Session(str(work / "float.onnx"), store=store, require_plan=True,
+                       objective=_objective(budget, data_npz), input_shapes=_shapes(work.name.split("-")[1]))
+        run = lambda f: sess.run(f)  # noqa: E731
+    elif setup.startswith("openvino"):
+        import openvino as ov
+
+        path = work / ("static.onnx" if "int8" in setup else "float.onnx")
+        config: dict[str, Any] = {"PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": "1"}
+        if setup == "openvino f32" or "int8" in setup:
+            config["INFERENCE_PRECISION_HINT"] = "f32"
+        compiled = ov.Core().compile_model(str(path), "CPU", config)
+        request = compiled.create_infer_request()
+        run = lambda f: [np.array(o) for o in request.infer(f).values()]  # noqa: E731
+    else:
+        import onnxruntime as ort
+
+        path = work / {"onnxruntime f32": "float.onnx", "ort dynamic int8": "dynamic.onnx",
+                       "ort static int8": "static.onnx"}[setup]
+        sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        run = lambda f: sess.run(None, f)  # noqa: E731
+    outs = [[np.asarray(o) for o in run(f)] for f in held]
+    np.savez(work / f"out-{setup.replace(' ', '_')}.npz", **{f"{i}_{j}": o for i, os_ in enumerate(outs)
+                                                             for j, o in enumerate(os_)})
+    for _ in range(3):
+        run(held[0])
+    times = []
+    for _ in range(RUNS):
+        t0 = time.perf_counter()
+        run(held[0])
+        times.append(time.perf_counter() - t0)
+    print(json.dumps({"ms": float(np.median(times)) * 1e3}))
+
+
+def _objective(budget: str, data_npz: str) -> str:
+    from dispatch.plan_policy import accuracy_string
+    from tuner.accuracy.data import data_digest
+
+    return "latency" + accuracy_string("cosine", float(budget), data_digest(data_npz))
+
+
+def worst_cosine(reference: np.lib.npyio.NpzFile, got: np.lib.npyio.NpzFile) -> float:
+    from tuner.accuracy.metrics import cosine_error
+
+    keys = sorted(reference.files)
+    samples = sorted({k.split("_")[0] for k in keys}, key=int)
+    ref = [[reference[k] for k in keys if k.split("_")[0] == s] for s in samples]
+    out = [[got[k] for k in keys if k.split("_")[0] == s] for s in samples]
+    return 1.0 - cosine_error(ref, out)
+
+
+def bench_model(name: str, budget_s: float, rounds: int, accuracy: float) -> list[dict[str, Any]]:
+    work = Path(tempfile.mkdtemp(prefix=f"acc-{name.replace('-', '_')}-"))
+    calibration, held = load_split(name)
+    prepare(name, work, calibration)
+    np.savez(work / "held.npz", **{k: np.stack([f[k] for f in held]) for k in held[0]})
+    # the tuner gets the same samples: the float model it runs and the data file it digests
+    data_npz = str(work / "data.npz")
+    np.savez(data_npz, **{k: np.stack([f[k] for f in calibration + held]) for k in held[0]})
+    store = str(work / "plans.db")
+    tuned = subprocess.run([sys.executable, "-m", "tuner.cli", "tune", str(work / "float.onnx"), "--store", store,
+                            "--budget", str(budget_s), "--no-progress", "--accuracy", f"cosine:{accuracy}",
+                            "--data", data_npz, *[f"--shape={k}={'x'.join(map(str, v))}" for k, v in (_shapes(name) or {}).items()]],
+                           capture_output=True, text=True, cwd=ROOT)
+    (work / "tune.log").write_text(tuned.stdout + tuned.stderr)
+    print(tuned.stdout[-3000:], flush=True)
+    times: dict[str, list[float]] = {s: [] for s in SETUPS}
+    errors: dict[str, str] = {}
+    for r in range(rounds):
+        for setup in SETUPS:
+            if setup in errors:
+                continue
+            cmd = [sys.executable, __file__, "--worker", setup, str(work), store, data_npz, str(accuracy)]
+            done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+            try:
+                times[setup].append(json.loads(done.stdout.strip().splitlines()[-1])["ms"])
+            except (IndexError, ValueError, KeyError):
+                errors[setup] = (done.stderr.strip().splitlines() or ["no output"])[-1][:200]
+        print(f"{name}: round {r + 1}/{rounds} done", flush=True)
+    reference = np.load(work / "out-onnxruntime_f32.npz")
+    rows = []
+    for setup in SETUPS:
+        row: dict[str, Any] = {"model": name, "setup": setup}
+        if setup in errors:
+            row["error"] = errors[setup]
+        else:
+            row["ms"] = float(np.median(times[setup]))
+            row["cosine"] = worst_cosine(reference, np.load(work / f"out-{setup.replace(' ', '_')}.npz"))
+        rows.append(row)
+    best = min(r["ms"] for r in rows if r["setup"] in ("onnxruntime f32", "openvino f32") and "ms" in r)
+    for row in rows:
+        if "ms" in row:
+            row["vs_best_f32"] = row["ms"] / best
+            row["within"] = row["cosine"] >= accuracy
+    return rows
+
+
+def table(rows: list[dict[str, Any]], accuracy: float) -> str:
+    lines = [f"| model | set-up | latency ms (median) | vs best float32 library | held-out worst cosine | within {accuracy} |",
+             "|---|---|---:|---:|---:|---|"]
+    for r in rows:
+        if "ms" not in r:
+            lines.append(f"| {r['model']} | {r['setup']} | failed: {r['error']} | | | |")
+            continue
+        lines.append(f"| {r['model']} | {r['setup']} | {r['ms']:.2f} | {r['vs_best_f32']:.2f} | "
+                     f"{r['cosine']:.5f} | {'yes' if r['within'] else 'no'} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--models", default=",".join(MODELS))
+    p.add_argument("--budget", type=float, default=240.0, help="tuning budget per model (seconds)")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--accuracy", type=float, default=0.999, help="the cosine budget")
+    p.add_argument("--json", default=None, help="write the rows here")
+    p.add_argument("--worker", nargs=5, default=None, help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.worker:
+        setup, work, store, data_npz, budget = args.worker
+        worker(setup, Path(work), store, data_npz, budget)
+        return
+    print(json.dumps(machine()), flush=True)
+    rows = []
+    for name in args.models.split(","):
+        rows += bench_model(name.strip(), args.budget, args.rounds, args.accuracy)
+        print(table(rows, args.accuracy), flush=True)
+    print(json.dumps(machine()))
+    print(table(rows, args.accuracy))
+    if args.json:
+        Path(args.json).write_text(json.dumps({"machine": machine(), "rows": rows}, indent=1))
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    main()

@@ -1,0 +1,116 @@
+"""Static int8 quantization of a region (QDQ), what the onnxruntime and OpenVINO int8 variants
+share: the region's ONNX model quantized by onnxruntime's own tool
+(``onnxruntime.quantization.quantize_static``: QuantizeLinear / DequantizeLinear pairs around
+the Conv, MatMul and Gemm nodes, weights int8 per output channel, activations uint8 with the
+ranges calibrated on the user's data, min-max).
+
+Calibration (:func:`calibrate`) runs once, while tuning, on the region's inputs recorded from
+the calibration samples; the tool's calibration cache (its JSON) is what a plan step stores
+(``precision["calibration"]``), so that the build (:func:`qdq_model`) quantizes the region
+exactly as it was measured, without the data. onnxruntime runs the QDQ model with its int8
+kernels (VNNI where the CPU has it); OpenVINO's CPU plugin reads the same model and runs the
+quantized operations in int8 (its low-precision transformations).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import json
+import logging
+import tempfile
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dispatch.fusion import FusedNode
+from impls.regions import region_model
+
+#: the ops whose inputs static quantization puts in int8
+STATIC_OPS = ("Conv", "MatMul", "Gemm")
+
+
+def tool_reason() -> str | None:
+    """Why onnxruntime's quantization tool cannot quantize statically from stored ranges here."""
+    try:
+        from onnxruntime.quantization import quantize_static
+    except ImportError as exc:
+        return f"onnxruntime's quantization tool is not importable ({exc})"
+    if "calibration_cache_path" not in inspect.signature(quantize_static).parameters:
+        return "this onnxruntime's quantize_static has no calibration cache (onnxruntime >= 1.24 has one)"
+    return None
+
+
+def static_reason(region: FusedNode) -> str | None:
+    """``None`` when ``region`` holds a Conv, MatMul or Gemm with constant float32 weights to
+    quantize and the tool is there, else why not."""
+    why = tool_reason()
+    if why is not None:
+        return why
+    for n in region.nodes:
+        if n.op_type in STATIC_OPS and len(n.inputs) > 1 and n.inputs[1] is not None and n.inputs[1].is_const \
+                and np.asarray(n.inputs[1].const).dtype == np.float32:
+            return None
+    return "the region holds no Conv, MatMul or Gemm with constant float32 weights to quantize"
+
+
+@contextlib.contextmanager
+def quiet_root_logger() -> Iterator[None]:
+    """The tool logs a suggestion to pre-process on the root logger at each call: silenced."""
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(max(level, logging.ERROR))
+    try:
+        yield
+    finally:
+        root.setLevel(level)
+
+
+def _quantize(region: FusedNode, folder: Path, cache: Path, reader: Any) -> Any:
+    import onnx
+    from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
+
+    src, out = folder / "region.onnx", folder / "int8.onnx"
+    onnx.save(region_model(region), str(src))
+    with quiet_root_logger():
+        quantize_static(str(src), str(out), reader, quant_format=QuantFormat.QDQ, per_channel=True,
+                        activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
+                        op_types_to_quantize=list(STATIC_OPS), calibration_cache_path=str(cache))
+    return onnx.load(str(out))
+
+
+def calibrate(region: FusedNode, samples: Sequence[Sequence[np.ndarray]]) -> dict[str, Any]:
+    """The tool's calibration cache (JSON: each tensor's range) for ``region`` from its input
+    ``samples`` (one tuple of arrays per sample, in the region's input order)."""
+    from onnxruntime.quantization import CalibrationDataReader
+
+    names = [v.name for v in region.inputs]
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self._it = iter([dict(zip(names, s)) for s in samples])
+
+        def get_next(self) -> dict[str, np.ndarray] | None:
+            return next(self._it, None)
+
+    if not samples:
+        raise ValueError("calibration needs at least one sample of the region's inputs")
+    with tempfile.TemporaryDirectory(prefix="opdispatch-calib-") as tmp:
+        cache = Path(tmp) / "calibration.json"
+        _quantize(region, Path(tmp), cache, Reader())
+        return json.loads(cache.read_text())
+
+
+def qdq_model(region: FusedNode) -> Any:
+    """``region``'s QDQ int8 model from the calibration its plan step stores
+    (``region.attrs["precision"]["calibration"]``)."""
+    calibration = (region.attrs.get("precision") or {}).get("calibration")
+    if not isinstance(calibration, dict):
+        raise ValueError("a static int8 region needs its calibration (precision['calibration'] of its "
+                         "plan step, written by accuracy tuning)")
+    with tempfile.TemporaryDirectory(prefix="opdispatch-int8-") as tmp:
+        cache = Path(tmp) / "calibration.json"
+        cache.write_text(json.dumps(calibration))
+        return _quantize(region, Path(tmp), cache, None)
