@@ -61,6 +61,8 @@ SENSITIVITY_SAMPLES = 16
 CALIBRATION_SAMPLES = 16
 #: runs whose per-call median gives a block's time
 TIMING_RUNS = 5
+#: the share of the stage's time the block searches take (the rest: checks and timing)
+SEARCH_SHARE = 0.6
 #: steps of the allowance in the knapsack over blocks (:func:`choose`)
 ERROR_STEPS = 1000
 #: the label of the float32 winner among the accuracy stage's candidates
@@ -165,6 +167,8 @@ class AccuracyStage:
         #: what each measured (library, block, implementation) records as its precision
         self.precisions: dict[tuple[str, int, str], dict | None] = {}
         self._calibrations: dict[tuple, Any] = {}
+        #: when the current library's block search stops (:meth:`run` shares the stage's time)
+        self.search_deadline = deadline
 
     # -- measuring -----------------------------------------------------------------------
     def _error(self, reference: Sequence[Sequence[np.ndarray]], got: Sequence[Sequence[np.ndarray]]) -> float:
@@ -187,7 +191,7 @@ class AccuracyStage:
             for impl in variants:
                 trial = Trial(bp.library, k, len(block.nodes), impl.name, impl.precision, ms32[k])
                 self.trials.append(trial)
-                if time.monotonic() > self.deadline:
+                if time.monotonic() > self.search_deadline:
                     trial.note = "not measured: tuning budget spent"
                     continue
                 node = region_node(self.graph, block.nodes)
@@ -271,33 +275,6 @@ class AccuracyStage:
         found: list[tuple[str, Plan, float]] = []
         self.say(f"accuracy: {library}: {len(bp.blocks)} block(s), measuring "
                  f"{sum(len(v) for v in bp.variants)} reduced variant(s) alone")
-        ex = Executor(self.graph, bp.plan, self.registry)
-        built = self._measure_blocks(bp, ex, ref_cal[:len(sens)], sens)
-        chosen = {k: impl for k, impl in self._assignment(bp).items() if (k, impl.name) in built}
-        if chosen:
-            float32_fns = {k: ex.swap_kernel(bp.blocks[k], built[(k, impl.name)]) for k, impl in chosen.items()}
-            self._back_off(bp, chosen, ex, dict(enumerate(bp.blocks)), float32_fns, cal, ref_cal, "calibration")
-            for k in float32_fns:
-                if ex.calls and k in chosen:
-                    ex.swap_kernel(bp.blocks[k], float32_fns[k])
-
-        def picked() -> dict[int, tuple[Implementation, dict | None]]:
-            return {k: (i, self.precisions.get((library, k, i.name))) for k, i in chosen.items()}
-
-        if chosen:
-            label = f"{library} per block"
-            plan = with_precisions(self.graph, self.registry, bp, picked(), label)
-            ex_mixed, err = self._check(plan, held, ref_held)
-            if not self.objective.within(err):
-                steps = {k: s for k in chosen for s in plan.steps if s.nodes == bp.blocks[k].nodes}
-                fns = {k: next(c.fn for c in ex.calls if c.step is bp.blocks[k]) for k in chosen}
-                self._back_off(bp, chosen, ex_mixed, steps, fns, held, ref_held, "held-out")
-                plan = with_precisions(self.graph, self.registry, bp, picked(), label)
-                ex_mixed, err = self._check(plan, held, ref_held) if chosen else (ex_mixed, float("inf"))
-            del ex_mixed
-            self._candidate(label, plan, err, {k: i.precision for k, i in chosen.items()})
-            if chosen and self.objective.within(err):
-                found.append((label, plan, err))
         whole_inputs: list[list[tuple]] = []
         regions = library_regions(bp)
         index = {id(r): j for j, r in enumerate(regions)}
@@ -330,6 +307,36 @@ class AccuracyStage:
             self._candidate(label, plan_w, err, None, where)
             if self.objective.within(err):
                 found.append((label, plan_w, err))
+        if time.monotonic() > self.search_deadline:
+            self.notes.append(f"{library}: blocks not searched: tuning budget spent")
+            return found
+        ex = Executor(self.graph, bp.plan, self.registry)
+        built = self._measure_blocks(bp, ex, ref_cal[:len(sens)], sens)
+        chosen = {k: impl for k, impl in self._assignment(bp).items() if (k, impl.name) in built}
+        if chosen:
+            float32_fns = {k: ex.swap_kernel(bp.blocks[k], built[(k, impl.name)]) for k, impl in chosen.items()}
+            self._back_off(bp, chosen, ex, dict(enumerate(bp.blocks)), float32_fns, cal, ref_cal, "calibration")
+            for k in float32_fns:
+                if ex.calls and k in chosen:
+                    ex.swap_kernel(bp.blocks[k], float32_fns[k])
+
+        def picked() -> dict[int, tuple[Implementation, dict | None]]:
+            return {k: (i, self.precisions.get((library, k, i.name))) for k, i in chosen.items()}
+
+        if chosen:
+            label = f"{library} per block"
+            plan = with_precisions(self.graph, self.registry, bp, picked(), label)
+            ex_mixed, err = self._check(plan, held, ref_held)
+            if not self.objective.within(err):
+                steps = {k: s for k in chosen for s in plan.steps if s.nodes == bp.blocks[k].nodes}
+                fns = {k: next(c.fn for c in ex.calls if c.step is bp.blocks[k]) for k in chosen}
+                self._back_off(bp, chosen, ex_mixed, steps, fns, held, ref_held, "held-out")
+                plan = with_precisions(self.graph, self.registry, bp, picked(), label)
+                ex_mixed, err = self._check(plan, held, ref_held) if chosen else (ex_mixed, float("inf"))
+            del ex_mixed
+            self._candidate(label, plan, err, {k: i.precision for k, i in chosen.items()})
+            if chosen and self.objective.within(err):
+                found.append((label, plan, err))
         return found
 
     def _candidate(self, label: str, plan: Plan, err: float, blocks: dict | None, where: str = "held-out") -> None:
@@ -348,12 +355,16 @@ class AccuracyStage:
         ref_held = outputs(ex, self.data.held_out)
         del ex
         plans: list[PlanCandidate] = [PlanCandidate(FLOAT32, winner.plan, None)]
-        for library in self.backends:
-            if not [i for i in self.registry.regions([library], precisions=None) if i.precision != "float32"]:
-                continue
-            if time.monotonic() > self.deadline:
+        libraries = [b for b in self.backends
+                     if any(i.precision != "float32" for i in self.registry.regions([b], precisions=None))]
+        for k, library in enumerate(libraries):
+            now = time.monotonic()
+            if now > self.deadline:
                 self.notes.append(f"{library}: not searched: tuning budget spent")
                 continue
+            # each library's block search gets its share of SEARCH_SHARE of what is left; the
+            # checks on the held-out samples and the final timing take the rest
+            self.search_deadline = now + SEARCH_SHARE * (self.deadline - now) / (len(libraries) - k)
             for label, plan, _err in self._library(library, ref_cal, ref_held):
                 plans.append(PlanCandidate(label, plan, None))
         if len(plans) > 1:
