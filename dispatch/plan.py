@@ -121,8 +121,12 @@ class Plan:
         """Nodes per precision their steps compute in (``float32`` for steps without one)."""
         counts: dict[str, int] = {}
         for s in self.steps:
-            dtype = str((s.precision or {}).get("dtype", "float32"))
-            counts[dtype] = counts.get(dtype, 0) + len(s.nodes)
+            p = s.precision or {}
+            left = len(p.get("exclude") or ())  # left out of the reduced precision, in the rest's
+            for dtype, n in ((str(p.get("dtype", "float32")), len(s.nodes) - left),
+                             (str(p.get("inference_precision", "float32")).replace("f32", "float32"), left)):
+                if n:
+                    counts[dtype] = counts.get(dtype, 0) + n
         return counts
 
     def to_json(self, indent: int | None = 2) -> str:

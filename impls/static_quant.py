@@ -19,6 +19,7 @@ import inspect
 import json
 import logging
 import tempfile
+import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -68,16 +69,20 @@ def quiet_root_logger() -> Iterator[None]:
         root.setLevel(level)
 
 
-def _quantize(region: FusedNode, folder: Path, cache: Path, reader: Any) -> Any:
+def _quantize(region: FusedNode, folder: Path, cache: Path, reader: Any, exclude: Sequence[str] = ()) -> Any:
     import onnx
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 
     src, out = folder / "region.onnx", folder / "int8.onnx"
     onnx.save(region_model(region), str(src))
-    with quiet_root_logger():
+    # (a tensor whose calibrated range is empty makes the tool divide by a zero scale and warn;
+    # the error such a region adds is what the accuracy stage measures and refuses)
+    with quiet_root_logger(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
         quantize_static(str(src), str(out), reader, quant_format=QuantFormat.QDQ, per_channel=True,
                         activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
-                        op_types_to_quantize=list(STATIC_OPS), calibration_cache_path=str(cache))
+                        op_types_to_quantize=list(STATIC_OPS), calibration_cache_path=str(cache),
+                        nodes_to_exclude=list(exclude))
     return onnx.load(str(out))
 
 
@@ -105,12 +110,17 @@ def calibrate(region: FusedNode, samples: Sequence[Sequence[np.ndarray]]) -> dic
 
 def qdq_model(region: FusedNode) -> Any:
     """``region``'s QDQ int8 model from the calibration its plan step stores
-    (``region.attrs["precision"]["calibration"]``)."""
-    calibration = (region.attrs.get("precision") or {}).get("calibration")
+    (``region.attrs["precision"]["calibration"]``), the nodes its ``exclude`` names left in
+    float (the blocks too sensitive for int8: one region, no boundary between them)."""
+    precision = region.attrs.get("precision") or {}
+    calibration = precision.get("calibration")
+    exclude = precision.get("exclude") or []
+    if not isinstance(exclude, list) or not all(isinstance(n, str) for n in exclude):
+        raise ValueError(f"precision['exclude'] must list node names, received {exclude!r:.80}")
     if not isinstance(calibration, dict):
         raise ValueError("a static int8 region needs its calibration (precision['calibration'] of its "
                          "plan step, written by accuracy tuning)")
     with tempfile.TemporaryDirectory(prefix="opdispatch-int8-") as tmp:
         cache = Path(tmp) / "calibration.json"
         cache.write_text(json.dumps(calibration))
-        return _quantize(region, Path(tmp), cache, None)
+        return _quantize(region, Path(tmp), cache, None, exclude)

@@ -63,7 +63,7 @@ def _int8_supports(region: FusedNode) -> str | None:
     return _supports(region) or static_reason(region)
 
 
-def _compile_qdq(region: FusedNode):
+def _compile_qdq(region: FusedNode, precision: str = "f32"):
     """The region's QDQ int8 model compiled by the CPU plugin (from a temporary file: the
     compiled cache keys regions by their float32 model, not by their calibration).
 
@@ -77,7 +77,7 @@ def _compile_qdq(region: FusedNode):
     with tempfile.TemporaryDirectory(prefix="opdispatch-ov-int8-") as tmp:
         path = Path(tmp) / "int8.onnx"
         onnx.save(model, str(path))
-        return core().compile_model(str(path), "CPU", compile_config())
+        return core().compile_model(str(path), "CPU", compile_config(precision))
 
 
 @impls.register_region("compiled_int8", propose=propose, priority=Priority.FALLBACK,
@@ -88,3 +88,18 @@ def build_region_int8(region: FusedNode):
     """A region's QDQ int8 model (ranges calibrated on the user's data, stored with the plan
     step) compiled by OpenVINO's CPU plugin, which runs the quantized operations in int8."""
     return build_compiled(region, compile=_compile_qdq)
+
+
+def _int8_bf16_supports(region: FusedNode) -> str | None:
+    return _bf16_supports(region) or _int8_supports(region)
+
+
+@impls.register_region("compiled_int8_bf16", propose=propose, priority=Priority.FALLBACK,
+                       supports=_int8_bf16_supports,
+                       settings={"quantization": "static int8 QDQ (Conv, MatMul, Gemm; per channel)",
+                                 "inference_precision": "bf16"},
+                       precision="int8", calibrate=calibrate)
+def build_region_int8_bf16(region: FusedNode):
+    """:func:`build_region_int8` with the operations left in float computed in bf16 (what
+    OpenVINO does by default on a bf16 CPU)."""
+    return build_compiled(region, compile=functools.partial(_compile_qdq, precision="bf16"))

@@ -84,6 +84,12 @@ class Trial:
     note: str = ""
 
 
+def variant_name(impl: Implementation) -> str:
+    """How a reduced variant is named in labels: its registration's variant (``compiled_bf16``,
+    ``session_int8_static``, ...)."""
+    return impl.name.rsplit(".", 1)[-1]
+
+
 def outputs(ex: Executor, samples: Sequence[Feeds]) -> list[list[np.ndarray]]:
     """``ex``'s outputs for each sample (copies)."""
     return [[np.array(o, copy=True) for o in ex.run(feeds)] for feeds in samples]
@@ -286,7 +292,7 @@ class AccuracyStage:
         for impl in {i.name: i for vs in bp.variants for i in vs}.values():
             if time.monotonic() > self.deadline:
                 break
-            label = f"{library} whole {impl.precision}" + (" (static)" if impl.calibrate else "")
+            label = f"{library} whole {variant_name(impl)}"
             try:
                 if impl.calibrate is not None and not whole_inputs:
                     assert bp.whole is not None
@@ -337,7 +343,61 @@ class AccuracyStage:
             self._candidate(label, plan, err, {k: i.precision for k, i in chosen.items()})
             if chosen and self.objective.within(err):
                 found.append((label, plan, err))
+        for impl in {i.name: i for vs in bp.variants for i in vs if i.calibrate is not None}.values():
+            if time.monotonic() > self.deadline:
+                break
+            got = self._whole_except(bp, impl, functools.partial(precision_for, impl), ref_cal, ref_held)
+            if got is not None:
+                found.append(got)
         return found
+
+    def _whole_except(self, bp: BlockPlan, impl: Implementation, precision_for: Callable[[PlanStep], dict | None],
+                      ref_cal: list, ref_held: list) -> tuple[str, Plan, float] | None:
+        """The library's regions whole in ``impl`` (a static int8 variant) with the blocks too
+        sensitive for it left in float (``precision["exclude"]``): the blocks in int8 are the
+        least sensitive ones whose errors alone sum within the allowance; then, while the
+        region breaks the budget on the calibration and then the held-out samples, the most
+        sensitive of them is excluded too. One region, so no boundary between blocks."""
+        errors = {t.block: t.error for t in self.trials
+                  if t.library == bp.library and t.impl == impl.name and t.error is not None}
+        if not errors:
+            return None
+        included: list[int] = []
+        total = 0.0
+        for k in sorted(errors, key=errors.__getitem__):
+            if total + errors[k] <= self.objective.allowance:
+                included.append(k)
+                total += errors[k]
+        if not included or len(included) == len(bp.blocks):
+            return None  # none fits, or all do (the whole region in int8 was checked already)
+        label = f"{bp.library} whole {variant_name(impl)} except sensitive blocks"
+        for where, samples, reference in (("calibration", self.data.calibration, ref_cal),
+                                          ("held-out", self.data.held_out, ref_held)):
+            while included and time.monotonic() < self.deadline:
+                excluded = [n for k, b in enumerate(bp.blocks) if k not in included for n in b.nodes]
+
+                def with_exclusions(step: PlanStep, _excluded: list[str] = excluded) -> dict | None:
+                    inside = set(step.nodes)
+                    return {**(precision_for(step) or {}), "exclude": [n for n in _excluded if n in inside]}
+
+                plan = whole_in(self.graph, self.registry, bp, impl, with_exclusions)
+                if plan is None:
+                    return None
+                try:
+                    _, err = self._check(plan, samples, reference)
+                except Exception as exc:
+                    self.notes.append(f"{label}: failed: {type(exc).__name__}: {exc}"[:300])
+                    return None
+                if self.objective.within(err):
+                    break
+                worst = max(included, key=errors.__getitem__)
+                self.notes.append(f"{label}: block {worst} excluded too: {self.objective.describe(err)} on the "
+                                  f"{where} samples")
+                included.remove(worst)
+            else:
+                return None
+        self._candidate(label, plan, err, {k: impl.precision for k in included})
+        return (label, plan, err) if included and self.objective.within(err) else None
 
     def _candidate(self, label: str, plan: Plan, err: float, blocks: dict | None, where: str = "held-out") -> None:
         self.candidates.append({
