@@ -95,6 +95,13 @@ def prepare(name: str, work: Path, calibration: list[dict]) -> None:
         model = drop_final_softmax(onnx.load(src))
         src = str(work / "resnet50_logits.onnx")
         onnx.save(model, src)
+    model = onnx.load(src)
+    if next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx")) < 13:
+        # per-channel QDQ needs opset 13; quantize_static does not convert (an invalid model)
+        from onnx import version_converter
+
+        onnx.save(version_converter.convert_version(model, 13), str(work / "float13.onnx"))
+        src = str(work / "float13.onnx")
     (work / "float.onnx").write_bytes(Path(src).read_bytes())
     quantize_dynamic(src, str(work / "dynamic.onnx"), weight_type=QuantType.QInt8)
 

@@ -31,6 +31,10 @@ from impls.regions import region_model
 
 #: the ops whose inputs static quantization puts in int8
 STATIC_OPS = ("Conv", "MatMul", "Gemm")
+#: the opset a region is converted to first when older: per-channel weights need DequantizeLinear's
+#: ``axis`` (opset 13); the tool does not convert (measured with onnxruntime 1.32 on an opset-9
+#: ResNet-50: it writes DequantizeLinear-11 with an axis, an invalid model)
+QDQ_OPSET = 13
 
 
 def tool_reason() -> str | None:
@@ -74,7 +78,13 @@ def _quantize(region: FusedNode, folder: Path, cache: Path, reader: Any, exclude
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 
     src, out = folder / "region.onnx", folder / "int8.onnx"
-    onnx.save(region_model(region), str(src))
+    model = region_model(region)
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), QDQ_OPSET)
+    if opset < QDQ_OPSET:  # per-channel DequantizeLinear (its axis) needs opset 13
+        from onnx import version_converter
+
+        model = version_converter.convert_version(model, QDQ_OPSET)
+    onnx.save(model, str(src))
     # (a tensor whose calibrated range is empty makes the tool divide by a zero scale and warn;
     # the error such a region adds is what the accuracy stage measures and refuses)
     with quiet_root_logger(), warnings.catch_warnings():
