@@ -353,3 +353,39 @@ def test_blocks_partition_a_region_exactly():
             assert [m for p in pieces for m in p] == names  # every node once, in order
             assert len(pieces) <= MAX_BLOCKS
             assert all(len(p) >= MIN_BLOCK_NODES for p in pieces) or len(pieces) == 1
+
+
+def conv_model(path: Path, opset: int) -> Path:
+    rng = np.random.default_rng(1)
+    w = (rng.standard_normal((8, 4, 3, 3)) * 0.2).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["h"], pads=[1, 1, 1, 1], name="conv"),
+         helper.make_node("Relu", ["h"], ["y"], name="relu")], "conv",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 8, 8])], [numpy_helper.from_array(w, "w")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]), path)
+    return path
+
+
+@pytest.mark.parametrize("impl_name", ["Region.onnxruntime.session_int8_static", "Region.openvino.compiled_int8"])
+def test_static_int8_of_an_old_opset_region(tmp_path, impl_name):
+    """An opset-9 region (onnx's light ResNet-50 is one) is converted to opset 13 first: the
+    tool's per-channel DequantizeLinear needs its axis."""
+    from dispatch.backend import load_registry
+    from dispatch.fusion import region_node
+
+    reg = load_registry()
+    if impl_name.split(".")[1] not in reg.available_backends():
+        pytest.skip("backend not available")
+    graph = load_graph(str(conv_model(tmp_path / "conv9.onnx", 9)), reg, reg.available_backends())
+    node = region_node(graph, [n.name for n in graph.nodes])
+    impl = reg.impl(impl_name)
+    if impl.supports(node) is not None:
+        pytest.skip(impl.supports(node))
+    rng = np.random.default_rng(2)
+    calibration = impl.calibrate(node, [(rng.standard_normal((1, 4, 8, 8)).astype(np.float32),) for _ in range(8)])
+    node.attrs = {**node.attrs, "precision": {"dtype": "int8", "calibration": calibration}}
+    x = rng.standard_normal((1, 4, 8, 8)).astype(np.float32)
+    got = impl.build(node)(x)[0]
+    expected = reg.impl("Region.onnxruntime.session").build(region_node(graph, [n.name for n in graph.nodes]))(x)[0]
+    assert 1.0 - cosine_error([[expected]], [[got]]) > 0.99
