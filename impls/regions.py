@@ -64,9 +64,9 @@ def usable_cores() -> int:
 # ------------------------------------------------------------------------------------------
 
 
-def _cut_points(graph: Graph) -> list[int]:
-    """Positions ``k`` such that exactly one non-constant tensor is live between node ``k``
-    and node ``k + 1`` of the topological order (graph inputs count as live from the start)."""
+def live_counts(graph: Graph) -> list[int]:
+    """Per node of the topological order: how many non-constant tensors are live right after
+    it (computed and still to be read; graph inputs count as live from the start)."""
     last_use: dict[str, int] = {}
     for k, n in enumerate(graph.nodes):
         for v in n.inputs:
@@ -76,13 +76,19 @@ def _cut_points(graph: Graph) -> list[int]:
     for v in graph.outputs:
         last_use[v.name] = end
     live: set[str] = {v.name for v in graph.inputs if last_use.get(v.name, -1) >= 0}
-    cuts = []
+    counts = []
     for k, n in enumerate(graph.nodes):
         live = {name for name in live if last_use.get(name, -1) > k}
         live |= {v.name for v in n.outputs if last_use.get(v.name, -1) > k}
-        if len(live) == 1 and k < end - 1:
-            cuts.append(k)
-    return cuts
+        counts.append(len(live))
+    return counts
+
+
+def _cut_points(graph: Graph) -> list[int]:
+    """Positions ``k`` such that exactly one non-constant tensor is live between node ``k``
+    and node ``k + 1`` of the topological order (:func:`live_counts`)."""
+    end = len(graph.nodes)
+    return [k for k, count in enumerate(live_counts(graph)) if count == 1 and k < end - 1]
 
 
 def _cut_value(graph: Graph, k: int) -> tuple[int, ...] | None:

@@ -20,6 +20,7 @@ from dispatch.heuristic import heuristic_plan
 from dispatch.plan import Plan, PlanStep
 from dispatch.plan_assembly import order_steps, plan_conversions
 from dispatch.registry import REFERENCE_BACKEND, Implementation, Registry
+from impls.regions import live_counts
 
 #: the most blocks one library's plan is cut into (each costs a build and a few runs per
 #: variant while searching)
@@ -42,26 +43,6 @@ class BlockPlan:
     variants: list[list[Implementation]] = field(default_factory=list)
     #: the plan before cutting (the library's regions whole), its region steps
     whole: Plan | None = None
-
-
-def live_counts(graph: Graph) -> list[int]:
-    """Per node of the topological order: how many non-constant tensors are live right after
-    it (computed and still to be read, graph inputs included)."""
-    last_use: dict[str, int] = {}
-    for k, n in enumerate(graph.nodes):
-        for v in n.inputs:
-            if v is not None and not v.is_const:
-                last_use[v.name] = k
-    end = len(graph.nodes)
-    for v in graph.outputs:
-        last_use[v.name] = end
-    live = {v.name for v in graph.inputs if last_use.get(v.name, -1) >= 0}
-    counts = []
-    for k, n in enumerate(graph.nodes):
-        live = {name for name in live if last_use.get(name, -1) > k}
-        live |= {v.name for v in n.outputs if last_use.get(v.name, -1) > k}
-        counts.append(len(live))
-    return counts
 
 
 def pieces(graph: Graph, names: Sequence[str]) -> list[list[str]]:
