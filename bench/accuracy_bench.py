@@ -49,15 +49,9 @@ RUNS = 20
 
 def machine() -> dict[str, Any]:
     """The CPU model, the usable cores and the extensions reduced precision depends on."""
-    name, flags = "unknown", set()
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() == "model name" and name == "unknown":
-            name = value.strip()
-        elif key.strip() == "flags" and not flags:
-            flags = set(value.split())
-    wanted = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_int8", "amx_bf16")
-    return {"cpu": name, "cores": len(os.sched_getaffinity(0)), "flags": [f for f in wanted if f in flags]}
+    from bench.test_bench_throughput import machine as cpu
+
+    return cpu(("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_int8", "amx_bf16"))
 
 
 def load_split(name: str) -> tuple[list[dict], list[dict]]:

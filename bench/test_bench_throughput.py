@@ -83,8 +83,9 @@ _tune_errors: dict[tuple[str, str], str] = {}
 _rows: list[dict[str, Any]] = []
 
 
-def machine() -> dict[str, Any]:
-    """The CPU model, the usable cores and the vector extensions that decide the kernels."""
+def machine(extensions: tuple[str, ...] = ("avx512f", "avx512_vnni", "amx_tile")) -> dict[str, Any]:
+    """The CPU model, the usable cores and whether it has each of ``extensions`` (the vector
+    extensions that decide the kernels)."""
     name, flags = "unknown", set()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -96,7 +97,7 @@ def machine() -> dict[str, Any]:
     except OSError:
         pass
     return {"cpu": name, "cores": len(os.sched_getaffinity(0)),
-            **{f: f in flags for f in ("avx512f", "avx512_vnni", "amx_tile")}}
+            **{f: f in flags for f in extensions}}
 
 
 def _tune(name: str, objective: str, *extra: str) -> None:

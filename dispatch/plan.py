@@ -124,7 +124,7 @@ class Plan:
             p = s.precision or {}
             left = len(p.get("exclude") or ())  # left out of the reduced precision, in the rest's
             for dtype, n in ((str(p.get("dtype", "float32")), len(s.nodes) - left),
-                             (str(p.get("inference_precision", "float32")).replace("f32", "float32"), left)):
+                             (str(p.get("inference_precision", "float32")), left)):
                 if n:
                     counts[dtype] = counts.get(dtype, 0) + n
         return counts

@@ -173,6 +173,8 @@ class AccuracyStage:
         #: what each measured (library, block, implementation) records as its precision
         self.precisions: dict[tuple[str, int, str], dict | None] = {}
         self._calibrations: dict[tuple, Any] = {}
+        #: the held-out outputs of each checked plan (by ``id``), for the report
+        self.held_outputs: dict[int, list[list[np.ndarray]]] = {}
         #: when the current library's block search stops (:meth:`run` shares the stage's time)
         self.search_deadline = deadline
 
@@ -182,7 +184,21 @@ class AccuracyStage:
 
     def _check(self, plan: Plan, samples: Sequence[Feeds], reference: Sequence[Sequence[np.ndarray]]) -> tuple[Executor, float]:
         ex = Executor(self.graph, plan, self.registry)
-        return ex, self._error(reference, outputs(ex, samples))
+        got = outputs(ex, samples)
+        if samples is self.data.held_out:  # kept for the report's per-output figures
+            self.held_outputs[id(plan)] = got
+        return ex, self._error(reference, got)
+
+    def _check_both(self, plan: Plan, ref_cal: list, ref_held: list) -> tuple[float, str]:
+        """``plan``'s error on the calibration samples, then, when within the budget, on the
+        held-out ones (one build): ``(error, which samples it was measured on)``."""
+        ex = Executor(self.graph, plan, self.registry)
+        err = self._error(ref_cal, outputs(ex, self.data.calibration))
+        if not self.objective.within(err):
+            return err, "calibration"
+        got = outputs(ex, self.data.held_out)
+        self.held_outputs[id(plan)] = got
+        return self._error(ref_held, got), "held-out"
 
     def _measure_blocks(self, bp: BlockPlan, ex: Executor, ref_sens: Sequence[Sequence[np.ndarray]],
                         sens: Sequence[Feeds]) -> dict[tuple[int, str], Callable]:
@@ -301,12 +317,7 @@ class AccuracyStage:
                 plan_w = whole_in(self.graph, self.registry, bp, impl, functools.partial(precision_for, impl))
                 if plan_w is None:
                     continue
-                _, err = self._check(plan_w, cal, ref_cal)
-                if self.objective.within(err):
-                    _, err = self._check(plan_w, held, ref_held)
-                    where = "held-out"
-                else:
-                    where = "calibration"
+                err, where = self._check_both(plan_w, ref_cal, ref_held)
             except Exception as exc:
                 self.notes.append(f"{label}: failed: {type(exc).__name__}: {exc}"[:300])
                 continue
@@ -322,9 +333,8 @@ class AccuracyStage:
         if chosen:
             float32_fns = {k: ex.swap_kernel(bp.blocks[k], built[(k, impl.name)]) for k, impl in chosen.items()}
             self._back_off(bp, chosen, ex, dict(enumerate(bp.blocks)), float32_fns, cal, ref_cal, "calibration")
-            for k in float32_fns:
-                if ex.calls and k in chosen:
-                    ex.swap_kernel(bp.blocks[k], float32_fns[k])
+            for k in chosen:  # (the ones backed off are float32 again already)
+                ex.swap_kernel(bp.blocks[k], float32_fns[k])
 
         def picked() -> dict[int, tuple[Implementation, dict | None]]:
             return {k: (i, self.precisions.get((library, k, i.name))) for k, i in chosen.items()}
@@ -371,31 +381,29 @@ class AccuracyStage:
         if not included or len(included) == len(bp.blocks):
             return None  # none fits, or all do (the whole region in int8 was checked already)
         label = f"{bp.library} whole {variant_name(impl)} except sensitive blocks"
-        for where, samples, reference in (("calibration", self.data.calibration, ref_cal),
-                                          ("held-out", self.data.held_out, ref_held)):
-            while included and time.monotonic() < self.deadline:
-                excluded = [n for k, b in enumerate(bp.blocks) if k not in included for n in b.nodes]
+        while included and time.monotonic() < self.deadline:
+            excluded = [n for k, b in enumerate(bp.blocks) if k not in included for n in b.nodes]
 
-                def with_exclusions(step: PlanStep, _excluded: list[str] = excluded) -> dict | None:
-                    inside = set(step.nodes)
-                    return {**(precision_for(step) or {}), "exclude": [n for n in _excluded if n in inside]}
+            def with_exclusions(step: PlanStep, _excluded: list[str] = excluded) -> dict | None:
+                inside = set(step.nodes)
+                return {**(precision_for(step) or {}), "exclude": [n for n in _excluded if n in inside]}
 
-                plan = whole_in(self.graph, self.registry, bp, impl, with_exclusions)
-                if plan is None:
-                    return None
-                try:
-                    _, err = self._check(plan, samples, reference)
-                except Exception as exc:
-                    self.notes.append(f"{label}: failed: {type(exc).__name__}: {exc}"[:300])
-                    return None
-                if self.objective.within(err):
-                    break
-                worst = max(included, key=errors.__getitem__)
-                self.notes.append(f"{label}: block {worst} excluded too: {self.objective.describe(err)} on the "
-                                  f"{where} samples")
-                included.remove(worst)
-            else:
+            plan = whole_in(self.graph, self.registry, bp, impl, with_exclusions)
+            if plan is None:
                 return None
+            try:
+                err, where = self._check_both(plan, ref_cal, ref_held)
+            except Exception as exc:
+                self.notes.append(f"{label}: failed: {type(exc).__name__}: {exc}"[:300])
+                return None
+            if self.objective.within(err):
+                break
+            worst = max(included, key=errors.__getitem__)
+            self.notes.append(f"{label}: block {worst} excluded too: {self.objective.describe(err)} on the "
+                              f"{where} samples")
+            included.remove(worst)
+        else:
+            return None
         self._candidate(label, plan, err, {k: impl.precision for k in included})
         return (label, plan, err) if included and self.objective.within(err) else None
 
@@ -455,9 +463,7 @@ class AccuracyStage:
         names = [v.name for v in self.graph.outputs]
         per_output: dict[str, float] = {}
         if chosen.label != FLOAT32:
-            ex = Executor(self.graph, chosen.plan, self.registry)
-            got = outputs(ex, self.data.held_out)
-            del ex
+            got = self.held_outputs[id(chosen.plan)]
             for j, name in enumerate(names):
                 e = self._error([[r[j]] for r in ref_held], [[g[j]] for g in got])
                 per_output[name] = self.objective.figure(e)
