@@ -12,7 +12,10 @@ after another (production runs one plan per process):
 - ``ort dynamic int8`` (``quantize_dynamic``, whole model), ``ort static int8`` and ``openvino
   static int8`` (``quantize_static``'s QDQ model with per-channel weights, calibrated on the
   same calibration half of the data, run by each library; OpenVINO's with the f32 hint for
-  what stays in float and with its default, ``openvino static int8 default``).
+  what stays in float and with its default, ``openvino static int8 default``);
+- ``nncf accuracy control``: NNCF's ``quantize_with_accuracy_control`` for OpenVINO (when
+  ``nncf`` installs), calibrated and validated on the calibration half with the same metric,
+  run with OpenVINO's default precision as NNCF validated it.
 
 Each set-up's accuracy is the worst held-out sample's cosine of every output to float32
 (onnxruntime f32's outputs), on the held-out half the tuner never chose on. The figures: the
@@ -42,7 +45,8 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("OPDISPATCH_ACCURACY_MODELS", "~/.cache/opdispatch/bench-models/accuracy")).expanduser()
 MODELS = ("minilm_real", "yolov8n", "bert_base", "resnet50")
 SETUPS = ("tuned plan", "onnxruntime f32", "openvino f32", "openvino default", "ort dynamic int8",
-          "ort static int8", "openvino static int8", "openvino static int8 default")
+          "ort static int8", "openvino static int8", "openvino static int8 default",
+          "nncf accuracy control")
 #: timed runs per set-up and round (after warm-up)
 RUNS = 20
 
@@ -70,9 +74,9 @@ def _shapes(name: str) -> dict[str, list[int]] | None:
     return {"images": [1, 3, 320, 320]} if name == "yolov8n" else None
 
 
-def prepare(name: str, work: Path, calibration: list[dict]) -> None:
-    """The whole-model quantized variants: onnxruntime's tools, calibrated on the tuner's
-    calibration half."""
+def prepare(name: str, work: Path, calibration: list[dict], accuracy: float) -> None:
+    """The whole-model quantized variants: onnxruntime's tools and NNCF's accuracy control,
+    calibrated on the tuner's calibration half."""
     import onnx
     from onnxruntime.quantization import (
         CalibrationDataReader,
@@ -108,6 +112,43 @@ def prepare(name: str, work: Path, calibration: list[dict]) -> None:
 
     quantize_static(src, str(work / "static.onnx"), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
                     activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+    nncf_quantize(src, work, calibration, accuracy)
+
+
+def nncf_quantize(src: str, work: Path, calibration: list[dict], accuracy: float) -> None:
+    """NNCF's accuracy-controlled quantization (``quantize_with_accuracy_control``) of the
+    float model for OpenVINO, written to ``nncf.xml``: calibrated and validated on the same
+    calibration half the tuner chooses on, the metric the worst sample's cosine to float32 (its
+    own compile of the float model: OpenVINO's default precision), the allowed drop what keeps
+    the level at ``accuracy``; run with OpenVINO's default precision, as NNCF validated it. Records why when NNCF is not installed or fails (the set-up is then shown
+    failed with that reason)."""
+    try:
+        import nncf
+        import openvino as ov
+    except ImportError as exc:
+        (work / "nncf.error").write_text(f"nncf is not installed ({exc}): pip install nncf")
+        return
+    from tuner.accuracy.metrics import cosine_error
+
+    try:
+        model = ov.Core().read_model(src)
+        reference = ov.Core().compile_model(src, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+        want = [[np.asarray(o) for o in reference(f).values()] for f in calibration]
+
+        def validate(compiled: Any, items: Any) -> float:
+            got = [[np.asarray(o) for o in compiled(f).values()] for f in items]
+            return 1.0 - cosine_error(want, got)
+
+        # NNCF measures the drop from its own compile of the float model (OpenVINO's default
+        # precision, bf16 on a bf16 CPU): the drop allowed keeps the level at ``accuracy``
+        baseline = validate(ov.Core().compile_model(src, "CPU"), calibration)
+        quantized = nncf.quantize_with_accuracy_control(
+            model, nncf.Dataset(calibration), nncf.Dataset(calibration), validate,
+            max_drop=max(0.0, baseline - accuracy), drop_type=nncf.DropType.ABSOLUTE,
+            subset_size=len(calibration))
+        ov.save_model(quantized, str(work / "nncf.xml"))
+    except Exception as exc:  # a comparator that fails is shown failed, with its reason
+        (work / "nncf.error").write_text(f"nncf failed: {type(exc).__name__}: {str(exc)[:300]}")
 
 
 def worker(setup: str, work: Path, store: str, data_npz: str, budget: str) -> None:
@@ -121,10 +162,13 @@ def worker(setup: str, work: Path, store: str, data_npz: str, budget: str) -> No
         sess = Session(str(work / "float.onnx"), store=store, require_plan=True,
                        objective=_objective(budget, data_npz), input_shapes=_shapes(work.name.split("-")[1]))
         run = lambda f: sess.run(None, f)  # noqa: E731
-    elif setup.startswith("openvino"):
+    elif setup.startswith(("openvino", "nncf")):
         import openvino as ov
 
-        path = work / ("static.onnx" if "int8" in setup else "float.onnx")
+        if (work / "nncf.error").exists() and setup.startswith("nncf"):
+            sys.exit((work / "nncf.error").read_text())
+        path = work / ("nncf.xml" if setup.startswith("nncf") else
+                       "static.onnx" if "int8" in setup else "float.onnx")
         config: dict[str, Any] = {"PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": "1"}
         if setup in ("openvino f32", "openvino static int8"):  # else OpenVINO's default (bf16 on a bf16 CPU)
             config["INFERENCE_PRECISION_HINT"] = "f32"
@@ -171,7 +215,7 @@ def worst_cosine(reference: np.lib.npyio.NpzFile, got: np.lib.npyio.NpzFile) -> 
 def bench_model(name: str, budget_s: float, rounds: int, accuracy: float) -> list[dict[str, Any]]:
     work = Path(tempfile.mkdtemp(prefix=f"acc-{name.replace('-', '_')}-"))
     calibration, held = load_split(name)
-    prepare(name, work, calibration)
+    prepare(name, work, calibration, accuracy)
     np.savez(work / "held.npz", **{k: np.stack([f[k] for f in held]) for k in held[0]})
     # the tuner gets the same samples: the float model it runs and the data file it digests
     data_npz = str(work / "data.npz")
