@@ -112,10 +112,11 @@ def prepare(name: str, work: Path, calibration: list[dict], accuracy: float) -> 
 
     quantize_static(src, str(work / "static.onnx"), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
                     activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
-    nncf_quantize(src, work, calibration, accuracy)
+    nncf_quantize(src, work, calibration, accuracy, transformer=name in ("minilm_real", "bert_base"))
 
 
-def nncf_quantize(src: str, work: Path, calibration: list[dict], accuracy: float) -> None:
+def nncf_quantize(src: str, work: Path, calibration: list[dict], accuracy: float,
+                  transformer: bool = False) -> None:
     """NNCF's accuracy-controlled quantization (``quantize_with_accuracy_control``) of the
     float model for OpenVINO, written to ``nncf.xml``: calibrated and validated on the same
     calibration half the tuner chooses on, the metric the worst sample's cosine to float32 (its
@@ -130,8 +131,10 @@ def nncf_quantize(src: str, work: Path, calibration: list[dict], accuracy: float
         return
     from tuner.accuracy.metrics import cosine_error
 
+    # NNCF's advice for transformer encoders (its own recipe, as a user of it would run it)
+    model_type = nncf.ModelType.TRANSFORMER if transformer else None
     try:
-        model = ov.Core().read_model(src)
+        model = ov.convert_model(src)
         reference = ov.Core().compile_model(src, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
         want = [[np.asarray(o) for o in reference(f).values()] for f in calibration]
 
@@ -145,7 +148,7 @@ def nncf_quantize(src: str, work: Path, calibration: list[dict], accuracy: float
         quantized = nncf.quantize_with_accuracy_control(
             model, nncf.Dataset(calibration), nncf.Dataset(calibration), validate,
             max_drop=max(0.0, baseline - accuracy), drop_type=nncf.DropType.ABSOLUTE,
-            subset_size=len(calibration))
+            subset_size=len(calibration), model_type=model_type)
         ov.save_model(quantized, str(work / "nncf.xml"))
     except Exception as exc:  # a comparator that fails is shown failed, with its reason
         (work / "nncf.error").write_text(f"nncf failed: {type(exc).__name__}: {str(exc)[:300]}")
