@@ -205,6 +205,10 @@ def test_a_wrong_shape_is_refused_naming_the_input_and_what_is_expected(runners)
                             "data": [1.0]}]}).encode(),  # data that does not fill the shape
     json.dumps({"inputs": [{"name": "pixel_values", "datatype": "BYTES", "shape": [1],
                             "data": ["a"]}]}).encode(),  # a datatype this route leaves alone
+    json.dumps({"inputs": [{"name": "pixel_values", "datatype": "INT8", "shape": [1],
+                            "data": [1000]}]}).encode(),  # a value its datatype cannot hold
+    json.dumps({"inputs": [{"name": "pixel_values", "datatype": "FP32", "shape": [2, 2],
+                            "data": [[1.0], [2.0, 3.0]]}]}).encode(),  # ragged data
 ])
 def test_what_the_route_cannot_decode_reaches_the_framework_intact(runners, body):
     status, _headers, answer, app = call(runners, runners["cnn"].name, body, None, chunk=5)

@@ -194,7 +194,7 @@ def _decode(view: memoryview, json_length: int | None
                 raise Undecodable
             try:
                 tensor = np.asarray(item["data"], dtype=dtype)
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, OverflowError):
                 raise Undecodable from None
             if tensor.size != count:
                 raise Undecodable
