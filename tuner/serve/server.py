@@ -176,39 +176,39 @@ def _add_routes(app: Any, models: dict[str, Any]) -> None:
     """Readiness with the reason, and metadata with the plan (registered before the
     framework's routes, so they answer first). Each model says what it is with an awaitable
     ``describe()`` (:meth:`tuner.serve.oip_model.OpdispatchModel.describe`)."""
-    from fastapi.responses import ORJSONResponse
+    from fastapi.responses import JSONResponse
 
-    def unknown(name: str) -> ORJSONResponse:
-        return ORJSONResponse(status_code=404, content={
+    def unknown(name: str) -> JSONResponse:
+        return JSONResponse(status_code=404, content={
             "error": f"Model with name {name} does not exist; served models: "
                      f"{', '.join(sorted(models)) or '(none)'}"})
 
-    async def model_ready(model_name: str) -> ORJSONResponse:
+    async def model_ready(model_name: str) -> JSONResponse:
         model = models.get(model_name)
         if model is None:
             return unknown(model_name)
         described = await model.describe()
         if not described["ready"]:
-            return ORJSONResponse(status_code=503, content={
+            return JSONResponse(status_code=503, content={
                 "name": model_name, "ready": False,
                 "error": f"Model with name {model_name} is not ready: {described['reason']}"})
-        return ORJSONResponse({"name": model_name, "ready": True})
+        return JSONResponse({"name": model_name, "ready": True})
 
-    async def model_metadata(model_name: str) -> ORJSONResponse:
+    async def model_metadata(model_name: str) -> JSONResponse:
         model = models.get(model_name)
         if model is None:
             return unknown(model_name)
         d = await model.describe()
-        return ORJSONResponse({
+        return JSONResponse({
             "name": model_name, "versions": [d["version"]] if d["version"] else [],
             "platform": d.get("platform", PLATFORM), "inputs": d["inputs"],
             "outputs": d["outputs"],
             "parameters": {"ready": d["ready"], "reason": d["reason"], **d["plan"]},
         })
 
-    async def malformed(_request: Any, exc: Any) -> ORJSONResponse:
+    async def malformed(_request: Any, exc: Any) -> JSONResponse:
         first = (exc.errors() or [{}])[0]
-        return ORJSONResponse(status_code=400, content={
+        return JSONResponse(status_code=400, content={
             "error": f"malformed request: {first.get('msg', 'not an inference request')} at "
                      f"{'/'.join(map(str, first.get('loc', ())))}; an Open Inference Protocol "
                      f"request is JSON: {{\"inputs\": [{{\"name\", \"datatype\", \"shape\", "
@@ -217,10 +217,10 @@ def _add_routes(app: Any, models: dict[str, Any]) -> None:
     from fastapi.exceptions import RequestValidationError
 
     app.add_exception_handler(RequestValidationError, malformed)
-    async def server_metadata() -> ORJSONResponse:
+    async def server_metadata() -> JSONResponse:
         from dispatch import __version__
 
-        return ORJSONResponse({"name": "opdispatch", "version": __version__,
+        return JSONResponse({"name": "opdispatch", "version": __version__,
                                "extensions": ["binary_tensor_data"]})
 
     app.add_api_route("/v2", server_metadata, methods=["GET"])
