@@ -35,6 +35,7 @@ from dispatch.graph import (
     Node,
     Value,
     check_tensor_sizes,
+    hoist_input_readers,
     topological_order,
 )
 from dispatch.input_shapes import bind, declared_inputs
@@ -588,7 +589,7 @@ def _to_graph(proto: onnx.ModelProto, weights: Sequence[onnx.TensorProto] = ()) 
     check_tensor_sizes(values.values())
     available = {v.name for v in inputs} | {v.name for v in values.values() if v.is_const}
     try:
-        nodes = topological_order(nodes, available)
+        nodes = hoist_input_readers(topological_order(nodes, available), {v.name for v in inputs}, available)
     except OpDispatchError as exc:
         raise ModelLoadError(str(exc)) from None
     outputs = []
