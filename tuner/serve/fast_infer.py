@@ -91,20 +91,18 @@ class InferFastPath:
     async def _infer(self, runner: ModelRunner, scope: Scope, receive: Receive,
                      send: Send) -> None:
         headers = dict(scope.get("headers") or ())
-        json_length = _int_header(headers.get(_HEADER))
+        json_length = int_header(headers.get(_HEADER))
         try:
             view = await self._read(headers, json_length, receive)
         except BodyTooLarge as exc:
-            await _respond(send, 413, {"error": f"request refused: {exc}, over the server's "
-                                                f"limit of {self.max_bytes} bytes (--max-body-mb)"},
-                           close=True)
+            await refuse_oversized(send, str(exc), self.max_bytes)
             return
         if view is None:
             return  # the client went away
         try:
             feeds, requested, binary_default, request_id = _decode(view, json_length)
         except Undecodable:
-            await self._framework(scope, send, bytes(view))
+            await self.app(scope, replaying(bytes(view), receive), send)
             return
         try:
             results = await runner.infer(feeds, [name for name, _ in requested] or None)
@@ -123,7 +121,7 @@ class InferFastPath:
     async def _read(self, headers: Mapping[bytes, bytes], json_length: int | None,
                     receive: Receive) -> memoryview | None:
         """The body in one buffer, the binary part aligned; ``None`` when the client left."""
-        declared = _int_header(headers.get(b"content-length"))
+        declared = int_header(headers.get(b"content-length"))
         if declared is not None and declared > self.max_bytes:
             raise BodyTooLarge(f"a body of {declared} bytes")
         size = declared if declared is not None else 1 << 16
@@ -146,19 +144,6 @@ class InferFastPath:
             if not message.get("more_body"):
                 break
         return memoryview(buffer[start:end])
-
-    async def _framework(self, scope: Scope, send: Send, body: bytes) -> None:
-        """Hand the request, body included, to the framework."""
-        sent = False
-
-        async def replay() -> dict[str, Any]:
-            nonlocal sent
-            if not sent:
-                sent = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return {"type": "http.disconnect"}
-
-        await self.app(scope, replay, send)
 
 
 # -- decoding ---------------------------------------------------------------------------
@@ -230,7 +215,8 @@ def _aligned(size: int, json_length: int) -> tuple[np.ndarray, int]:
     return buffer, (-address) % _ALIGN
 
 
-def _int_header(value: bytes | None) -> int | None:
+def int_header(value: bytes | None) -> int | None:
+    """A header's value as a non-negative integer, else ``None``."""
     return int(value) if value is not None and value.isdigit() else None
 
 
@@ -274,6 +260,28 @@ async def _respond(send: Send, status: int, content: Mapping[str, Any],
                    close: bool = False) -> None:
     extra = [(b"connection", b"close")] if close else []
     await _respond_bytes(send, status, orjson.dumps(content), b"application/json", extra)
+
+
+async def refuse_oversized(send: Send, what: str, max_bytes: int) -> None:
+    """413 for a body over the server's limit (``what``: the size seen), closing the
+    connection: the rest of the body is not read."""
+    await _respond(send, 413, {"error": f"request refused: {what}, over the server's limit of "
+                                        f"{max_bytes} bytes (--max-body-mb)"}, close=True)
+
+
+def replaying(body: bytes, receive: Receive) -> Receive:
+    """An ASGI ``receive`` that gives ``body`` (already read) as one message, then whatever
+    ``receive`` gives (a disconnect, when the client leaves)."""
+    sent = False
+
+    async def replay() -> dict[str, Any]:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
 
 
 async def _respond_bytes(send: Send, status: int, payload: bytes, content_type: bytes,

@@ -28,7 +28,13 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from tuner.serve.fast_infer import InferFastPath, runners_of
+from tuner.serve.fast_infer import (
+    InferFastPath,
+    int_header,
+    refuse_oversized,
+    replaying,
+    runners_of,
+)
 from tuner.serve.runner import ModelRunner
 
 #: the ``platform`` the model metadata names
@@ -73,9 +79,9 @@ class BodyLimit:
             scope = dict(scope, headers=[(k, v) for k, v in scope.get("headers") or []
                                          if k != b"content-type"]
                          + [(b"content-type", b"application/json")])
-        declared = headers.get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-            await self._refuse(send, f"a body of {int(declared)} bytes")
+        declared = int_header(headers.get(b"content-length"))
+        if declared is not None and declared > self.max_bytes:
+            await refuse_oversized(send, f"a body of {declared} bytes", self.max_bytes)
             return
         body = bytearray()
         while True:
@@ -84,30 +90,12 @@ class BodyLimit:
                 return  # the client went away
             body += message.get("body", b"")
             if len(body) > self.max_bytes:
-                await self._refuse(send, f"a body of at least {len(body)} bytes")
+                await refuse_oversized(send, f"a body of at least {len(body)} bytes",
+                                       self.max_bytes)
                 return
             if not message.get("more_body"):
                 break
-        sent = False
-
-        async def replay() -> dict:
-            nonlocal sent
-            if not sent:
-                sent = True
-                return {"type": "http.request", "body": bytes(body), "more_body": False}
-            return await receive()
-
-        await self.app(scope, replay, send)
-
-    async def _refuse(self, send: Any, what: str) -> None:
-        import orjson
-
-        payload = orjson.dumps({"error": f"request refused: {what}, over the server's limit of "
-                                         f"{self.max_bytes} bytes (--max-body-mb)"})
-        await send({"type": "http.response.start", "status": 413,
-                    "headers": [(b"content-type", b"application/json"), (b"connection", b"close"),
-                                (b"content-length", str(len(payload)).encode())]})
-        await send({"type": "http.response.body", "body": payload})
+        await self.app(scope, replaying(bytes(body), receive), send)
 
 
 def keep_binary_inputs() -> None:
