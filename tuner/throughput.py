@@ -50,6 +50,8 @@ def throughput_share(concurrency: int) -> float:
     return THROUGHPUT_SHARE if concurrency > 1 else SINGLE_REQUEST_SHARE
 #: how many distinct validated plans get serving configurations measured, at most
 MAX_PLANS = 3
+#: how many reduced-precision plans within an accuracy budget are measured too, at most
+MAX_REDUCED = 2
 #: each configuration's measured window, seconds (the budget may shorten it to MIN_WINDOW_S)
 WINDOW_S = 1.5
 MIN_WINDOW_S = 0.4
@@ -162,6 +164,10 @@ def _mean(a: LoadResult, b: LoadResult) -> LoadResult:
                       avg(a.p90_ms, b.p90_ms), max(a.p99_ms, b.p99_ms), avg(a.mean_ms, b.mean_ms))
 
 
+def _float32(plan: Plan) -> bool:
+    return set(plan.precisions()) <= {"float32"}
+
+
 def _with_serving(plan: Plan, config: ServingConfig) -> Plan:
     return Plan(plan.graph, plan.steps, plan.conversions, plan.provenance, plan.version,
                 plan.nonfinite_fallback, config.to_dict())
@@ -186,9 +192,12 @@ class ThroughputStage:
         self._builds: list[float] = []
 
     # -- measuring ---------------------------------------------------------------------
-    def measure(self, plans: Sequence[PlanCandidate]) -> None:
-        """Measure every configuration of the distinct valid ``plans`` that the budget allows."""
-        for pc in _contenders(plans, MAX_PLANS):
+    def measure(self, plans: Sequence[PlanCandidate], reduced: Sequence[PlanCandidate] = ()) -> None:
+        """Measure every configuration of the distinct valid ``plans`` that the budget allows,
+        and of the ``reduced``-precision plans an accuracy objective found within its budget
+        (:meth:`tuner.accuracy.stage.AccuracyStage.within_budget`: the fastest
+        :data:`MAX_REDUCED` of them, first)."""
+        for pc in _contenders(reduced, MAX_REDUCED) + _contenders(plans, MAX_PLANS):
             for config in serving_candidates(pc.plan, self.concurrency, self.cores):
                 self.trials.append(ServingTrial(pc, config))
         # measured likeliest first (every plan's), shown in plan order; the latency set-up of
@@ -321,16 +330,20 @@ class ThroughputStage:
     def _validate_under_load(self, plan: Plan, what: str) -> LoadResult:
         executor = build_executor(self.graph, plan, self.registry)
         runner = executor.streams or executor
-        wrong = self._check_concurrent(runner)
+        # a reduced-precision plan's accuracy was measured on the user's samples: here its
+        # concurrent runs must give what one run alone gives
+        reference = self.reference if _float32(plan) else [
+            np.array(o, copy=True) for o in runner.run(self.feeds)]
+        wrong = self._check_concurrent(runner, reference)
         if wrong:
             raise TuningError(f"{what} gave wrong outputs under {self.concurrency} concurrent "
                               f"requests: {wrong}")
         return run_load(lambda _k: runner.run(self.feeds), self.concurrency, FINAL_WINDOW_S,
                         warmup_s=WARMUP_S)
 
-    def _check_concurrent(self, runner: Any) -> str | None:
+    def _check_concurrent(self, runner: Any, reference: Sequence[np.ndarray]) -> str | None:
         """Every output of ``VALIDATE_RUNS`` runs from each of the N threads at once against
-        the reference, or what differed."""
+        ``reference``, or what differed."""
         problems: list[str] = []
         lock = threading.Lock()
         start = threading.Barrier(self.concurrency)
@@ -339,7 +352,7 @@ class ThroughputStage:
             start.wait()
             for _ in range(VALIDATE_RUNS):
                 try:
-                    wrong = check_outputs(runner.run(self.feeds), self.reference, [],
+                    wrong = check_outputs(runner.run(self.feeds), reference, [],
                                           tol=MODEL_TOLERANCE)
                 except Exception as exc:
                     wrong = f"{type(exc).__name__}: {exc}"
@@ -364,6 +377,12 @@ class ThroughputStage:
             runner = max(others, key=lambda t: t.result.throughput)  # type: ignore[union-attr]
             text += (f"; the next, {runner.plan.label} with {runner.config.label()}, "
                      f"{runner.result.throughput:.1f}/s")  # type: ignore[union-attr]
+        float32 = [t for t in others if _float32(t.plan.plan)]
+        if not _float32(win.plan) and float32:
+            best = max(float32, key=lambda t: t.result.throughput)  # type: ignore[union-attr]
+            text += (f"; the best float32 plan, {best.plan.label} with {best.config.label()}, "
+                     f"{best.result.throughput:.1f}/s "  # type: ignore[union-attr]
+                     f"({r.throughput / best.result.throughput:.2f}x)")  # type: ignore[union-attr]
         if latency_setup is not None and latency_setup is not trial:
             text += (f"; the latency set-up of the same plan from {self.concurrency} threads: "
                      f"{latency_setup.result.throughput:.1f}/s "  # type: ignore[union-attr]

@@ -40,7 +40,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -65,10 +64,14 @@ from tuner import busy
 from tuner.accuracy import (
     AccuracyData,
     AccuracyObjective,
+    AccuracyStage,
     accuracy_budget,
     accuracy_key,
     accuracy_stage,
+    accuracy_summary,
     held_out_within,
+    reduced_contenders,
+    served_within,
 )
 from tuner.candidates import Candidate, enumerate_candidates
 from tuner.fingerprint import (
@@ -81,63 +84,13 @@ from tuner.fingerprint import (
 from tuner.measure import Measurement, reference_overrides
 from tuner.nonfinite import nonfinite_winner
 from tuner.optimize import Choice, Problem, Solution, evaluate, optimize
-from tuner.store import PlanStore, StoreWriteError
+from tuner.store import PlanStore
+from tuner.store.guarded import GuardedStore
 from tuner.throughput import ThroughputStage, throughput_share
 from tuner.tune_measure import _conversion_costs, _measure_all
 from tuner.tune_types import NOISY_SPREAD, PlanCandidate, TuneOptions, TuneResult, TuningError
 from tuner.tuning_inputs import captured_values, checked_inputs, reference_outputs
 from tuner.validate import BUDGET_SKIP, UNTUNED, _validate, _winner
-
-
-class _GuardedStore:
-    """The tuner's view of the plan store: reads go through; when a write fails for a reason
-    other than a lock (:class:`StoreWriteError`: a full disk, a file-size limit), the run goes
-    on with its measurements in memory (warned once) and nothing more is written, so a full
-    disk costs the cache, never the tuning run. :attr:`error` says what failed."""
-
-    def __init__(self, store: PlanStore) -> None:
-        self._store = store
-        self.error: str | None = None
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._store, name)
-
-    def _failed(self, exc: StoreWriteError) -> None:
-        if self.error is None:
-            self.error = str(exc)
-            warnings.warn(f"opdispatch: {exc}; the tuning run goes on with its measurements "
-                          f"in memory", RuntimeWarning, stacklevel=3)
-
-    def put_measurement(self, *args: Any, **kwargs: Any) -> None:
-        if self.error is not None:
-            return
-        try:
-            self._store.put_measurement(*args, **kwargs)
-        except StoreWriteError as exc:
-            self._failed(exc)
-
-    def start_run(self, *args: Any, **kwargs: Any) -> int | None:
-        try:
-            return self._store.start_run(*args, **kwargs)
-        except StoreWriteError as exc:
-            self._failed(exc)
-            return None
-
-    def finish_run(self, run_id: int | None, *args: Any, **kwargs: Any) -> None:
-        if run_id is None or self.error is not None:
-            return
-        try:
-            self._store.finish_run(run_id, *args, **kwargs)
-        except StoreWriteError as exc:
-            self._failed(exc)
-
-    def put_plan(self, *args: Any, **kwargs: Any) -> int | None:
-        try:  # tried even after a failed write: the plan is what the run is for
-            return self._store.put_plan(*args, **kwargs)
-        except StoreWriteError as exc:
-            self._failed(exc)
-            return None
-
 
 # ------------------------------------------------------------------------------------------
 # optimisation stage
@@ -355,15 +308,16 @@ def tune(
             configure(config)
     if not isinstance(store, PlanStore):
         store = PlanStore(store or config.store_path)
-    store = _GuardedStore(store)
+    store = GuardedStore(store)
     # everything from here on (measurements, validation, the reference run) under the thread
     # settings the plan will run with, whatever the caller's are (restored at the end)
     settings = blas.ThreadSettings.default(config.threads or usable_cores())
     outside = blas.process_state()
     with blas.in_force(settings):
         graph = load_graph(model, registry, backends, input_shapes)
-        objective, accuracy = accuracy_key(opts, graph, objective, t_start + full_budget_s) \
-            if accuracy_share else (objective, None)
+        # (with a throughput objective the serving stage keeps its share after the accuracy stage)
+        objective, accuracy = accuracy_key(opts, graph, objective, t_start + full_budget_s * (
+            1 - (0.0 if target is None else throughput_share(target[0])))) if accuracy_share else (objective, None)
         key = plan_key(graph, registry, backends, objective)
         hw, sw = hardware_digest(key.hardware), software_digest(key.software)
         run_id = store.start_run(model_fp=key.model, budget_s=full_budget_s, objective=objective)
@@ -392,7 +346,7 @@ def _tune(
     graph: Graph,
     registry: Registry,
     backends: Sequence[str],
-    store: _GuardedStore,
+    store: GuardedStore,
     key: PlanKey,
     hw: str,
     sw: str,
@@ -522,15 +476,22 @@ def _tune(
     stage_s["validate_s"] = time.monotonic() - t_stage
     serving: ThroughputStage | None = None
     choose = _winner
+    reduced: list[PlanCandidate] = []  # an accuracy objective's plans within budget, under load
+    precision: AccuracyStage | None = None
     if throughput is not None:  # (concurrency, p99 bound, deadline): measured under load
+        if accuracy is not None:  # reduced precision first, on the float32 latency winner
+            t_stage = time.monotonic()
+            f32 = nonfinite_winner(graph, registry, plans, reference_plan, opts, _winner)[0]
+            precision, reduced = reduced_contenders(graph, registry, backends, opts, accuracy, f32, plans, say)
+            stage_s["accuracy_s"] = time.monotonic() - t_stage
         t_stage = time.monotonic()
         serving = ThroughputStage(graph, registry, feeds, reference, throughput[0], throughput[1],
                                   throughput[2], say)
-        serving.measure(plans)
+        serving.measure(plans, reduced)
         choose = serving.choose
         stage_s["throughput_s"] = time.monotonic() - t_stage
     # the winner must also agree with the reference on NaN/Inf inputs (tuner.nonfinite)
-    win, nonfinite = nonfinite_winner(graph, registry, plans, reference_plan, opts, choose)
+    win, nonfinite = nonfinite_winner(graph, registry, [*plans, *reduced], reference_plan, opts, choose)
     valid = [pc for pc in plans if pc.error is None]
     fastest = min(valid, key=lambda pc: pc.latency_ms or 0.0)
     kept = "" if fastest is win or opts.objective != "latency" or serving is not None else (
@@ -544,9 +505,13 @@ def _tune(
         for pc in plans
     ], winner=win.label, **({"memory": win.memory} if win.memory else {}))
     t_stage = time.monotonic()  # (metric, data, deadline): reduced precision within the budget
-    win, accuracy_stats = accuracy_stage(graph, registry, backends, opts, accuracy, win, plans, say)
-    if accuracy is not None:
-        stage_s["accuracy_s"] = time.monotonic() - t_stage
+    if precision is not None:  # chosen under load: its evidence
+        win = precision.finish(win)
+        accuracy_stats = accuracy_summary(win.plan)
+    else:
+        win, accuracy_stats = accuracy_stage(graph, registry, backends, opts, accuracy, win, plans, say)
+        if accuracy is not None:
+            stage_s["accuracy_s"] = time.monotonic() - t_stage
     profiles: dict[str, Any] = {}
     # per-node times inside the winner's library regions, for its reports (issue 18), while the
     # budget allows (its limit, plus the grace validation has); reports profile them otherwise
@@ -576,7 +541,12 @@ def _tune(
         stats["threading"] = blas.describe(threading)
         stats["threading_differs"] = blas.differences(threading, threading.get("process"))
     if serving is not None:  # its best configuration, validated under load
-        win.plan = serving.finish(win)
+        if precision is None:
+            win.plan = serving.finish(win)
+        else:  # a reduced winner is checked on the held-out samples as served, too
+            win = served_within(precision, win, serving.finish, lambda: nonfinite_winner(
+                graph, registry, plans, reference_plan, opts, serving.choose)[0])
+            accuracy_stats = accuracy_summary(win.plan)
         stats["throughput"] = serving.stats()
     if accuracy_stats is not None:
         stats["accuracy"] = accuracy_stats

@@ -244,11 +244,76 @@ def test_a_plan_over_budget_is_never_stored():
     held_out_within(plan)  # float32 alone: nothing to check
 
 
-def test_accuracy_goes_with_the_latency_objective(tmp_path):
+def test_accuracy_goes_with_the_latency_or_throughput_objective(tmp_path):
     model = chain_model(tmp_path / "chain.onnx")
-    with pytest.raises(TuningError, match="latency objective"):
+    with pytest.raises(TuningError, match="latency or the throughput objective, not 'memory'"):
         tune(str(model), store=PlanStore(tmp_path / "p.db"), options=TuneOptions(
             budget_s=5, objective="memory", accuracy="cosine:0.999", accuracy_data=samples(8)))
+    with pytest.raises(TuningError, match="latency or the throughput objective"):
+        tune(str(model), store=PlanStore(tmp_path / "p.db"), options=TuneOptions(
+            budget_s=5, memory_cap_bytes=10**6, accuracy="cosine:0.999", accuracy_data=samples(8)))
+
+
+def _tune_throughput(model, tmp_path, log=None):
+    reg = registry_with_fake_precision()
+    store = PlanStore(tmp_path / "plans.db")
+    result = tune(str(model), store=store, registry=reg, log=log, options=TuneOptions(
+        budget_s=14.0, backends=["fakeprec"], objective="throughput", concurrency=2,
+        accuracy="max-rel:0.05", accuracy_data=samples(8), validate_runs=3))
+    return result, store, reg
+
+
+def test_throughput_with_accuracy_serves_the_reduced_plan_measured_under_load(tmp_path):
+    """The fake's int8 region skips the float32 region's sleeps: under load as alone it is the
+    faster, and its error (12 nodes x 0.13%) fits a max-rel budget of 5%."""
+    from dispatch.session import Session
+
+    model = chain_model(tmp_path / "chain.onnx")
+    result, store, reg = _tune_throughput(model, tmp_path)
+    plan, key = result.plan, result.key.objective
+    assert key.startswith("throughput@n=2+accuracy=max-rel:0.05,data=")
+    assert plan.precisions() == {"int8": 12} and plan.serving is not None
+    acc = plan.provenance["accuracy"]
+    assert acc["held_out"]["within"] and acc["held_out_served"]["within"]
+    assert acc["held_out_served"]["error"] == pytest.approx(acc["held_out"]["error"], rel=1e-6)
+    trials = plan.provenance["throughput"]["trials"]
+    measured = {t["plan"] for t in trials if t["throughput"]}
+    assert "fakeprec whole scaled" in measured and measured - {"fakeprec whole scaled"}  # float32 ones too
+    assert "the best float32 plan" in plan.provenance["throughput"]["why"]
+    assert set(plan.nonfinite_fallback.precisions()) == {"float32"}
+    # stored under the objective with concurrency, budget and data digest; served from threads
+    stored = store.get_plan(result.key).plan()
+    assert stored.precisions() == plan.precisions() and stored.serving == plan.serving
+    sess = Session(str(model), store=str(tmp_path / "plans.db"), backends=["fakeprec"], registry=reg,
+                   objective=key, require_plan=True)
+    feeds = samples(6, seed=3)
+    alone = [sess.run(None, f)[0] for f in feeds]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(2) as pool:
+        together = list(pool.map(lambda f: sess.run(None, f)[0], feeds))
+    for a, b in zip(alone, together):
+        np.testing.assert_array_equal(a, b)
+    assert "accuracy objective max-rel <= 0.05" in result.summary()
+
+
+def test_throughput_winner_over_budget_as_served_gives_way_to_float32(tmp_path, monkeypatch):
+    """The fake's int8 error is read when a region is built: raised once the serving stage
+    starts, the winner's check on the held-out samples as served breaks the budget, and the
+    best float32 plan under load is stored instead, the notes saying why."""
+    monkeypatch.setitem(fake_precision.ERROR, "value", fake_precision.ERROR["value"])
+
+    def log(msg: str) -> None:
+        if msg.startswith("throughput: "):
+            fake_precision.ERROR["value"] = 0.01  # 12 nodes: about 13% off, over the 5% budget
+
+    model = chain_model(tmp_path / "chain.onnx")
+    result, store, _ = _tune_throughput(model, tmp_path, log)
+    plan = result.plan
+    assert set(plan.precisions()) == {"float32"} and plan.serving is not None
+    notes = plan.provenance["accuracy"]["notes"]
+    assert any("as served" in n and "over the budget" in n and "float32 plan" in n for n in notes), notes
+    assert store.get_plan(result.key).plan().precisions() == plan.precisions()
 
 
 # -- the real variants against the numpy reference ----------------------------------------------

@@ -32,7 +32,7 @@ from tuner.tune_types import PlanCandidate, TuneOptions, TuningError
 
 __all__ = ["ACCURACY_SHARE", "AccuracyData", "AccuracyObjective", "AccuracyStage", "accuracy_budget",
            "accuracy_key", "accuracy_objective", "accuracy_stage", "accuracy_summary", "held_out_within",
-           "load_data"]
+           "load_data", "reduced_contenders", "served_within"]
 
 #: the share of the budget an accuracy objective's stage takes: the float32 stages run in the rest
 ACCURACY_SHARE = 0.5
@@ -45,9 +45,10 @@ def accuracy_budget(opts: TuneOptions, objective: str) -> tuple[TuneOptions, flo
     stage's share (0 without an accuracy objective or without data); the objective checked."""
     if not opts.accuracy:
         return opts, 0.0
-    if opts.objective != "latency" or opts.memory_cap_bytes is not None or opts.concurrency is not None:
-        raise TuningError(f"an accuracy objective ({opts.accuracy}) goes with the latency objective "
-                          f"alone for now, not {objective!r}")
+    base = split_accuracy(objective)[0].removesuffix(NONSTRICT_NAN_SUFFIX)
+    if opts.memory_cap_bytes is not None or base.partition("@")[0] not in ("latency", "throughput"):
+        raise TuningError(f"an accuracy objective ({opts.accuracy}) goes with the latency or the "
+                          f"throughput objective, not {objective!r}")
     accuracy_objective(opts)  # checked before anything is imported or measured
     share = ACCURACY_SHARE if opts.accuracy_data is not None else 0.0
     return dataclasses.replace(opts, budget_s=opts.budget_s * (1 - share)), share
@@ -80,6 +81,40 @@ def accuracy_stage(graph: Graph, registry: Registry, backends: Sequence[str], op
     return chosen, accuracy_summary(chosen.plan)
 
 
+def reduced_contenders(graph: Graph, registry: Registry, backends: Sequence[str], opts: TuneOptions,
+                       accuracy: Accuracy, winner: PlanCandidate, validated: Sequence[PlanCandidate],
+                       say: Callable[[str], None]) -> tuple[AccuracyStage, list[PlanCandidate]]:
+    """For a throughput objective: the accuracy stage run on the float32 latency ``winner`` up
+    to its plans within budget on the held-out samples (:meth:`AccuracyStage.within_budget`);
+    the reduced ones, each with its float32 fallback for NaN/Inf requests, are then measured
+    under load beside the float32 plans (:class:`tuner.throughput.ThroughputStage`)."""
+    stage = AccuracyStage(graph, registry, backends, accuracy[0], accuracy[1], accuracy[2], say)
+    plans = stage.within_budget(winner, validated, opts.validate_runs)
+    return stage, plans[1:]
+
+
+def served_within(stage: AccuracyStage, win: PlanCandidate, finish: Callable[[PlanCandidate], Plan],
+                  float32_winner: Callable[[], PlanCandidate]) -> PlanCandidate:
+    """The throughput winner given its serving configuration (``finish``:
+    :meth:`tuner.throughput.ThroughputStage.finish`) and, when it computes in reduced
+    precision, checked once more on the held-out samples as a server builds it (streams and
+    library settings can change a library's kernels): over the budget there, the float32 plan
+    that ``float32_winner`` picks under load replaces it, and the notes say why."""
+    win.plan = finish(win)
+    if set(win.plan.precisions()) <= {"float32"}:
+        return win
+    served = stage.check_served(win.plan)
+    win.plan.provenance["accuracy"]["held_out_served"] = served
+    if served["within"]:
+        return win
+    stage.notes.append(f"{win.label} as served ({(win.plan.serving or {}).get('mode', '?')} configuration): "
+                       f"{stage.objective.describe(served['error'])} on the held-out samples, over the "
+                       f"budget; the best float32 plan under load is stored instead")
+    alt = stage.finish(float32_winner())
+    alt.plan = finish(alt)
+    return alt
+
+
 def accuracy_objective(opts: TuneOptions) -> AccuracyObjective:
     """The options' accuracy objective, checked."""
     if not opts.accuracy:
@@ -97,6 +132,11 @@ def held_out_within(plan: Plan) -> None:
     if held.get("within") is not True:
         raise TuningError(f"refusing to store a reduced-precision plan whose accuracy on the held-out "
                           f"samples is not within its budget ({held or 'not measured'})")
+    served = (plan.provenance.get("accuracy") or {}).get("held_out_served")
+    if plan.serving is not None and (served is None or served.get("within") is not True):
+        raise TuningError(f"refusing to store a reduced-precision plan whose accuracy on the held-out "
+                          f"samples, run with its serving configuration, is not within its budget "
+                          f"({served or 'not measured'})")
 
 
 def accuracy_summary(plan: Plan) -> dict[str, Any]:

@@ -173,8 +173,9 @@ class AccuracyStage:
         #: what each measured (library, block, implementation) records as its precision
         self.precisions: dict[tuple[str, int, str], dict | None] = {}
         self._calibrations: dict[tuple, Any] = {}
-        #: the held-out outputs of each checked plan (by ``id``), for the report
-        self.held_outputs: dict[int, list[list[np.ndarray]]] = {}
+        #: each checked plan (by ``id``; the plan kept, so that the id stays its own) and its
+        #: held-out outputs, for the report
+        self.held_outputs: dict[int, tuple[Plan, list[list[np.ndarray]]]] = {}
         #: when the current library's block search stops (:meth:`run` shares the stage's time)
         self.search_deadline = deadline
 
@@ -186,7 +187,7 @@ class AccuracyStage:
         ex = Executor(self.graph, plan, self.registry)
         got = outputs(ex, samples)
         if samples is self.data.held_out:  # kept for the report's per-output figures
-            self.held_outputs[id(plan)] = got
+            self.held_outputs[id(plan)] = (plan, got)
         return ex, self._error(reference, got)
 
     def _check_both(self, plan: Plan, ref_cal: list, ref_held: list) -> tuple[float, str]:
@@ -197,7 +198,7 @@ class AccuracyStage:
         if not self.objective.within(err):
             return err, "calibration"
         got = outputs(ex, self.data.held_out)
-        self.held_outputs[id(plan)] = got
+        self.held_outputs[id(plan)] = (plan, got)
         return self._error(ref_held, got), "held-out"
 
     def _measure_blocks(self, bp: BlockPlan, ex: Executor, ref_sens: Sequence[Sequence[np.ndarray]],
@@ -414,13 +415,17 @@ class AccuracyStage:
             **({"reduced_blocks": {str(k): v for k, v in blocks.items()}} if blocks is not None else {}),
         })
 
-    def run(self, winner: PlanCandidate, validated: Sequence[PlanCandidate], runs: int) -> PlanCandidate:
-        """The fastest plan within budget on the held-out samples, or ``winner`` (the float32
-        plan) when none is faster; its provenance's ``accuracy`` holds the evidence."""
-        t0 = time.monotonic()
+    def within_budget(self, winner: PlanCandidate, validated: Sequence[PlanCandidate],
+                      runs: int) -> list[PlanCandidate]:
+        """The float32 ``winner`` (labelled :data:`FLOAT32`) and every plan within budget on the
+        held-out samples, timed side by side (``latency_ms``); each reduced plan runs requests
+        holding NaN or Inf on the float32 plan (``nonfinite_fallback``). :meth:`finish` gives
+        the one chosen its evidence."""
+        self._t0 = time.monotonic()
+        self._winner, self._validated = winner, list(validated)
         ex = Executor(self.graph, winner.plan, self.registry)
         ref_cal = outputs(ex, self.data.calibration)
-        ref_held = outputs(ex, self.data.held_out)
+        self._ref_held = ref_held = outputs(ex, self.data.held_out)
         del ex
         plans: list[PlanCandidate] = [PlanCandidate(FLOAT32, winner.plan, None)]
         libraries = [b for b in self.backends
@@ -439,31 +444,59 @@ class AccuracyStage:
             self.say(f"accuracy: timing {len(plans)} plan(s) within budget side by side")
             _validate(self.graph, self.registry, plans, self.data.calibration[0], [], runs,
                       max(self.deadline, time.monotonic() + 2.0), checked=False, say=self.say)
-        timed = [pc for pc in plans if pc.error is None and pc.latency_ms is not None]
-        chosen = min(timed, key=lambda pc: pc.latency_ms or 0.0) if timed else plans[0]
-        base = next((pc for pc in plans if pc.label == FLOAT32), plans[0])
-        err_by_label = {c["label"]: c["error"] for c in self.candidates if c["within"]}
-        chosen_err = err_by_label.get(chosen.label, 0.0)
-        report = self._report(chosen, base, validated, plans, ref_held, chosen_err, time.monotonic() - t0)
-        chosen.plan.provenance = dict(winner.plan.provenance, accuracy=report,
-                                      **({"winner": chosen.label} if chosen.label != FLOAT32 else {}))
-        if chosen is base:
-            return winner
-        chosen.peak_bytes = chosen.peak_bytes or winner.peak_bytes
         # requests holding NaN or Inf run the float32 plan (or its own guard), which agrees with
         # the reference there: the reduced variants were measured on the user's finite data
         fallback = winner.plan.nonfinite_fallback or Plan(
             graph=winner.plan.graph, steps=winner.plan.steps, conversions=winner.plan.conversions,
             provenance={"label": "the float32 plan"})
-        chosen.plan.nonfinite_fallback = fallback
+        for pc in plans[1:]:
+            pc.plan.nonfinite_fallback = fallback
+            pc.peak_bytes = pc.peak_bytes or winner.peak_bytes
+        self._plans = plans
+        return plans
+
+    def run(self, winner: PlanCandidate, validated: Sequence[PlanCandidate], runs: int) -> PlanCandidate:
+        """The fastest plan within budget on the held-out samples, or ``winner`` (the float32
+        plan) when none is faster; its provenance's ``accuracy`` holds the evidence."""
+        plans = self.within_budget(winner, validated, runs)
+        timed = [pc for pc in plans if pc.error is None and pc.latency_ms is not None]
+        return self.finish(min(timed, key=lambda pc: pc.latency_ms or 0.0) if timed else plans[0])
+
+    def finish(self, chosen: PlanCandidate) -> PlanCandidate:
+        """``chosen`` (one of :meth:`within_budget`'s plans, or another float32 plan: a
+        throughput objective chooses under load) with the stage's evidence in its provenance
+        (``accuracy``); the float32 winner itself when that was chosen."""
+        winner, plans = self._winner, self._plans
+        base = plans[0]
+        err_by_label = {c["label"]: c["error"] for c in self.candidates if c["within"]}
+        reduced = chosen in plans[1:]
+        chosen_err = err_by_label.get(chosen.label, 0.0) if reduced else 0.0
+        report = self._report(chosen, base, self._validated, plans, self._ref_held, chosen_err,
+                              time.monotonic() - self._t0)
+        if chosen is base:
+            chosen = winner
+        chosen.plan.provenance = dict((winner if reduced else chosen).plan.provenance, accuracy=report,
+                                      **({"winner": chosen.label} if reduced else {}))
         return chosen
+
+    def check_served(self, plan: Plan) -> dict[str, Any]:
+        """``plan`` built as a server builds it (its serving configuration: streams, library
+        settings) and run on the held-out samples: its error there, and whether it is within
+        the budget (what a throughput objective checks of its winner)."""
+        from dispatch.stream_pool import build_executor
+
+        executor = build_executor(self.graph, plan, self.registry)
+        runner = executor.streams or executor
+        got = [[np.array(o, copy=True) for o in runner.run(feeds)] for feeds in self.data.held_out]
+        err = self._error(self._ref_held, got)
+        return {"error": err, "figure": self.objective.figure(err), "within": self.objective.within(err)}
 
     def _report(self, chosen: PlanCandidate, base: PlanCandidate, validated: Sequence[PlanCandidate],
                 plans: Sequence[PlanCandidate], ref_held: list, err: float, seconds: float) -> dict[str, Any]:
         names = [v.name for v in self.graph.outputs]
         per_output: dict[str, float] = {}
-        if chosen.label != FLOAT32:
-            got = self.held_outputs[id(chosen.plan)]
+        if id(chosen.plan) in self.held_outputs:
+            got = self.held_outputs[id(chosen.plan)][1]
             for j, name in enumerate(names):
                 e = self._error([[r[j]] for r in ref_held], [[g[j]] for g in got])
                 per_output[name] = self.objective.figure(e)
