@@ -22,8 +22,20 @@ Each set-up's accuracy is the worst held-out sample's cosine of every output to 
 median latency over the rounds (each round's figure the median of its timed runs), its ratio to
 the best float32 library, and the cosine. The CPU and its flags are named.
 
+Under load, ``--concurrency N``: the plan is tuned with ``--objective throughput --concurrency
+N`` as well, and every set-up is measured with N requests in flight for ``--duration`` seconds
+(``tuner.library_load``, the set-ups of the throughput bench): the tuned plan's Session called
+from N threads; float32 onnxruntime one session shared (``onnxruntime f32``) and one session of
+one thread per request (``... per request``), float32 OpenVINO with its LATENCY and its
+THROUGHPUT hint; OpenVINO's default precision, the int8 models and NNCF's with the THROUGHPUT
+hint, the onnxruntime int8 models a session per request. The figures are then inferences per
+second (median over rounds), the p99 latency, and the ratio to the best float32 library set-up
+(higher is better). Accuracy is measured as above, one request at a time, with the same model
+and settings built once more (OpenVINO with its LATENCY hint).
+
 Run: ``python bench/models/accuracy_models.py`` once, then
-``python bench/accuracy_bench.py [--models minilm_real,resnet50] [--budget S] [--rounds R]``.
+``python bench/accuracy_bench.py [--models minilm_real,resnet50] [--budget S] [--rounds R]
+[--concurrency N [--duration S]]``.
 Nothing here is run by the tests; run it on a quiet machine.
 """
 
@@ -49,6 +61,27 @@ SETUPS = ("tuned plan", "onnxruntime f32", "openvino f32", "openvino default", "
           "nncf accuracy control")
 #: timed runs per set-up and round (after warm-up)
 RUNS = 20
+#: ``--skip-nncf``: NNCF's accuracy control not run (it took 863 s on MiniLM here, and failed)
+SKIP_NNCF = False
+#: under load (``--concurrency``): set-up -> (library set-up of tuner.library_load, model file,
+#: OpenVINO pinned to float32, the single-request set-up whose outputs give its accuracy)
+LOAD_SETUPS: dict[str, tuple[str, str, bool, str]] = {
+    "tuned plan": ("", "", True, "tuned plan"),
+    "onnxruntime f32": ("onnxruntime", "float.onnx", True, "onnxruntime f32"),
+    "onnxruntime f32 per request": ("onnxruntime-per-request", "float.onnx", True, "onnxruntime f32"),
+    "openvino f32 latency": ("openvino-latency", "float.onnx", True, "openvino f32"),
+    "openvino f32 throughput": ("openvino-throughput", "float.onnx", True, "openvino f32"),
+    "openvino default throughput": ("openvino-throughput", "float.onnx", False, "openvino default"),
+    "ort dynamic int8 per request": ("onnxruntime-per-request", "dynamic.onnx", True, "ort dynamic int8"),
+    "ort static int8 per request": ("onnxruntime-per-request", "static.onnx", True, "ort static int8"),
+    "openvino static int8 throughput": ("openvino-throughput", "static.onnx", True, "openvino static int8"),
+    "openvino static int8 default throughput": ("openvino-throughput", "static.onnx", False,
+                                                "openvino static int8 default"),
+    "nncf throughput": ("openvino-throughput", "nncf.xml", False, "nncf accuracy control"),
+}
+#: the float32 library set-ups under load (the best of them is the comparison)
+LOAD_FLOAT32 = ("onnxruntime f32", "onnxruntime f32 per request", "openvino f32 latency",
+                "openvino f32 throughput")
 
 
 def machine() -> dict[str, Any]:
@@ -123,6 +156,9 @@ def nncf_quantize(src: str, work: Path, calibration: list[dict], accuracy: float
     own compile of the float model: OpenVINO's default precision), the allowed drop what keeps
     the level at ``accuracy``; run with OpenVINO's default precision, as NNCF validated it. Records why when NNCF is not installed or fails (the set-up is then shown
     failed with that reason)."""
+    if SKIP_NNCF:
+        (work / "nncf.error").write_text("skipped (--skip-nncf)")
+        return
     try:
         import nncf
         import openvino as ov
@@ -154,37 +190,35 @@ def nncf_quantize(src: str, work: Path, calibration: list[dict], accuracy: float
         (work / "nncf.error").write_text(f"nncf failed: {type(exc).__name__}: {str(exc)[:300]}")
 
 
-def worker(setup: str, work: Path, store: str, data_npz: str, budget: str) -> None:
+def worker(setup: str, work: Path, store: str, data_npz: str, budget: str, load: str = "0,0") -> None:
     """One set-up in this process: outputs on the held-out samples (saved), then timed runs on
-    the first held-out sample; prints the median in milliseconds."""
+    the first held-out sample; prints the median in milliseconds. Under load (``load`` =
+    ``N,SECONDS``, N > 0), the set-up of :data:`LOAD_SETUPS` measured with N requests in flight
+    instead; prints its throughput and percentiles."""
     held = [dict(np.load(work / "held.npz", allow_pickle=False))]
     held = [{k: v[i] for k, v in held[0].items()} for i in range(len(next(iter(held[0].values()))))]
-    if setup == "tuned plan":
-        from dispatch.session import Session
+    n, seconds = int(load.split(",")[0]), float(load.split(",")[1])
+    if n:
+        library, model, float32, single = LOAD_SETUPS[setup]
+        run = _single(single, work, store, data_npz, budget, n)
+        outs = [[np.asarray(o) for o in run(f)] for f in held]
+        np.savez(work / f"out-{setup.replace(' ', '_')}.npz", **{f"{i}_{j}": o for i, os_ in enumerate(outs)
+                                                                 for j, o in enumerate(os_)})
+        if library:
+            from tuner.library_load import measure_library
 
-        sess = Session(str(work / "float.onnx"), store=store, require_plan=True,
-                       objective=_objective(budget, data_npz), input_shapes=_shapes(work.name.split("-")[1]))
-        run = lambda f: sess.run(None, f)  # noqa: E731
-    elif setup.startswith(("openvino", "nncf")):
-        import openvino as ov
+            del run  # (its sessions and compiled models go before the measured ones are built)
+            result = measure_library(str(work / model), library, n, seconds, feeds=held[0], float32=float32)
+        else:
+            from tuner.load import run_load
 
-        if (work / "nncf.error").exists() and setup.startswith("nncf"):
-            sys.exit((work / "nncf.error").read_text())
-        path = work / ("nncf.xml" if setup.startswith("nncf") else
-                       "static.onnx" if "int8" in setup else "float.onnx")
-        config: dict[str, Any] = {"PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": "1"}
-        if setup in ("openvino f32", "openvino static int8"):  # else OpenVINO's default (bf16 on a bf16 CPU)
-            config["INFERENCE_PRECISION_HINT"] = "f32"
-        compiled = ov.Core().compile_model(str(path), "CPU", config)
-        request = compiled.create_infer_request()
-        run = lambda f: [np.array(o) for o in request.infer(f).values()]  # noqa: E731
-    else:
-        import onnxruntime as ort
-
-        path = work / {"onnxruntime f32": "float.onnx", "ort dynamic int8": "dynamic.onnx",
-                       "ort static int8": "static.onnx"}[setup]
-        sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-        run = lambda f: sess.run(None, f)  # noqa: E731
+            result = run_load(lambda _k: run(held[0]), n, seconds, warmup_s=0.5)
+        if result.errors:
+            sys.exit(f"{result.errors} request(s) failed: {result.error}")
+        print(json.dumps({"throughput": result.throughput, "p50_ms": result.p50_ms, "p99_ms": result.p99_ms,
+                          "in_flight": result.concurrency}))
+        return
+    run = _single(setup, work, store, data_npz, budget, 0)
     outs = [[np.asarray(o) for o in run(f)] for f in held]
     np.savez(work / f"out-{setup.replace(' ', '_')}.npz", **{f"{i}_{j}": o for i, os_ in enumerate(outs)
                                                              for j, o in enumerate(os_)})
@@ -198,11 +232,47 @@ def worker(setup: str, work: Path, store: str, data_npz: str, budget: str) -> No
     print(json.dumps({"ms": float(np.median(times)) * 1e3}))
 
 
-def _objective(budget: str, data_npz: str) -> str:
+def _single(setup: str, work: Path, store: str, data_npz: str, budget: str, concurrency: int) -> Any:
+    """``run(feeds)`` of one set-up, one request at a time (the tuned plan: the one tuned for
+    ``concurrency`` requests in flight when it is not 0)."""
+    if setup == "tuned plan":
+        from dispatch.session import Session
+
+        sess = Session(str(work / "float.onnx"), store=store, require_plan=True,
+                       objective=_objective(budget, data_npz, concurrency),
+                       input_shapes=_shapes(work.name.split("-")[1]))
+        return lambda f: sess.run(None, f)
+    elif setup.startswith(("openvino", "nncf")):
+        import openvino as ov
+
+        if (work / "nncf.error").exists() and setup.startswith("nncf"):
+            sys.exit((work / "nncf.error").read_text())
+        path = work / ("nncf.xml" if setup.startswith("nncf") else
+                       "static.onnx" if "int8" in setup else "float.onnx")
+        config: dict[str, Any] = {"PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": "1"}
+        if setup in ("openvino f32", "openvino static int8"):  # else OpenVINO's default (bf16 on a bf16 CPU)
+            config["INFERENCE_PRECISION_HINT"] = "f32"
+        compiled = ov.Core().compile_model(str(path), "CPU", config)
+        request = compiled.create_infer_request()
+        return lambda f: [np.array(o) for o in request.infer(f).values()]
+        import onnxruntime as ort
+
+        path = work / {"onnxruntime f32": "float.onnx", "ort dynamic int8": "dynamic.onnx",
+                       "ort static int8": "static.onnx"}[setup]
+    import onnxruntime as ort
+
+    path = work / {"onnxruntime f32": "float.onnx", "ort dynamic int8": "dynamic.onnx",
+                   "ort static int8": "static.onnx"}[setup]
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return lambda f: sess.run(None, f)
+
+
+def _objective(budget: str, data_npz: str, concurrency: int = 0) -> str:
     from dispatch.plan_policy import accuracy_string
     from tuner.accuracy.data import data_digest
 
-    return "latency" + accuracy_string("cosine", float(budget), data_digest(data_npz))
+    base = f"throughput@n={concurrency}" if concurrency else "latency"
+    return base + accuracy_string("cosine", float(budget), data_digest(data_npz))
 
 
 def worst_cosine(reference: np.lib.npyio.NpzFile, got: np.lib.npyio.NpzFile) -> float:
@@ -215,7 +285,8 @@ def worst_cosine(reference: np.lib.npyio.NpzFile, got: np.lib.npyio.NpzFile) -> 
     return 1.0 - cosine_error(ref, out)
 
 
-def bench_model(name: str, budget_s: float, rounds: int, accuracy: float) -> list[dict[str, Any]]:
+def bench_model(name: str, budget_s: float, rounds: int, accuracy: float, concurrency: int = 0,
+                duration_s: float = 3.0) -> list[dict[str, Any]]:
     work = Path(tempfile.mkdtemp(prefix=f"acc-{name.replace('-', '_')}-"))
     calibration, held = load_split(name)
     prepare(name, work, calibration, accuracy)
@@ -226,33 +297,46 @@ def bench_model(name: str, budget_s: float, rounds: int, accuracy: float) -> lis
     store = str(work / "plans.db")
     tuned = subprocess.run([sys.executable, "-m", "tuner.cli", "tune", str(work / "float.onnx"), "--store", store,
                             "--budget", str(budget_s), "--no-progress", "--accuracy", f"cosine:{accuracy}",
-                            "--data", data_npz, *[f"--shape={k}={'x'.join(map(str, v))}" for k, v in (_shapes(name) or {}).items()]],
+                            "--data", data_npz, *[f"--shape={k}={'x'.join(map(str, v))}" for k, v in (_shapes(name) or {}).items()],
+                            *(["--objective", "throughput", "--concurrency", str(concurrency)] if concurrency else [])],
                            capture_output=True, text=True, cwd=ROOT)
     (work / "tune.log").write_text(tuned.stdout + tuned.stderr)
     print(tuned.stdout[-3000:], flush=True)
-    times: dict[str, list[float]] = {s: [] for s in SETUPS}
+    setups = tuple(LOAD_SETUPS) if concurrency else SETUPS
+    figures: dict[str, list[dict[str, float]]] = {s: [] for s in setups}
     errors: dict[str, str] = {}
     for r in range(rounds):
-        for setup in SETUPS:
+        order = setups[r % len(setups):] + setups[:r % len(setups)]  # rotated from round to round
+        for setup in order:
             if setup in errors:
                 continue
-            cmd = [sys.executable, __file__, "--worker", setup, str(work), store, data_npz, str(accuracy)]
+            cmd = [sys.executable, __file__, "--worker", setup, str(work), store, data_npz, str(accuracy),
+                   f"{concurrency},{duration_s}"]
             done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
             try:
-                times[setup].append(json.loads(done.stdout.strip().splitlines()[-1])["ms"])
+                figures[setup].append(json.loads(done.stdout.strip().splitlines()[-1]))
             except (IndexError, ValueError, KeyError):
                 errors[setup] = (done.stderr.strip().splitlines() or ["no output"])[-1][:200]
         print(f"{name}: round {r + 1}/{rounds} done", flush=True)
     reference = np.load(work / "out-onnxruntime_f32.npz")
     rows = []
-    for setup in SETUPS:
-        row: dict[str, Any] = {"model": name, "setup": setup}
-        if setup in errors:
-            row["error"] = errors[setup]
+    for setup in setups:
+        row: dict[str, Any] = {"model": name, "setup": setup, "concurrency": concurrency}
+        if setup in errors or not figures[setup]:
+            row["error"] = errors.get(setup, "not measured")
         else:
-            row["ms"] = float(np.median(times[setup]))
+            for field in figures[setup][0]:
+                row[field] = float(np.median([f[field] for f in figures[setup]]))
             row["cosine"] = worst_cosine(reference, np.load(work / f"out-{setup.replace(' ', '_')}.npz"))
         rows.append(row)
+    if concurrency:  # the best float32 library set-up under load: the highest throughput
+        best = max((r["throughput"] for r in rows if r["setup"] in LOAD_FLOAT32 and "throughput" in r),
+                   default=float("nan"))
+        for row in rows:
+            if "throughput" in row:
+                row["vs_best_f32"] = row["throughput"] / best
+                row["within"] = row["cosine"] >= accuracy
+        return rows
     best = min(r["ms"] for r in rows if r["setup"] in ("onnxruntime f32", "openvino f32") and "ms" in r)
     for row in rows:
         if "ms" in row:
@@ -262,6 +346,8 @@ def bench_model(name: str, budget_s: float, rounds: int, accuracy: float) -> lis
 
 
 def table(rows: list[dict[str, Any]], accuracy: float) -> str:
+    if rows and rows[0].get("concurrency"):
+        return load_table(rows, accuracy)
     lines = [f"| model | set-up | latency ms (median) | vs best float32 library | held-out worst cosine | within {accuracy} |",
              "|---|---|---:|---:|---:|---|"]
     for r in rows:
@@ -273,6 +359,19 @@ def table(rows: list[dict[str, Any]], accuracy: float) -> str:
     return "\n".join(lines)
 
 
+def load_table(rows: list[dict[str, Any]], accuracy: float) -> str:
+    lines = [f"| model | N | set-up | inferences/s (median) | p99 ms | vs best float32 library | "
+             f"held-out worst cosine | within {accuracy} |", "|---|---:|---|---:|---:|---:|---:|---|"]
+    for r in rows:
+        if "throughput" not in r:
+            lines.append(f"| {r['model']} | {r['concurrency']} | {r['setup']} | failed: {r['error']} | | | | |")
+            continue
+        lines.append(f"| {r['model']} | {r['concurrency']} | {r['setup']} | {r['throughput']:.1f} | "
+                     f"{r['p99_ms']:.1f} | {r['vs_best_f32']:.2f}x | {r['cosine']:.5f} | "
+                     f"{'yes' if r['within'] else 'no'} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--models", default=",".join(MODELS))
@@ -280,16 +379,23 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--accuracy", type=float, default=0.999, help="the cosine budget")
     p.add_argument("--json", default=None, help="write the rows here")
-    p.add_argument("--worker", nargs=5, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--concurrency", type=int, default=0,
+                   help="measure under load with N requests in flight (the plan tuned for it)")
+    p.add_argument("--duration", type=float, default=3.0, help="with --concurrency: seconds per set-up and round")
+    p.add_argument("--skip-nncf", action="store_true", help="leave NNCF's accuracy control out")
+    p.add_argument("--worker", nargs=6, default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
-        setup, work, store, data_npz, budget = args.worker
-        worker(setup, Path(work), store, data_npz, budget)
+        setup, work, store, data_npz, budget, load = args.worker
+        worker(setup, Path(work), store, data_npz, budget, load)
         return
+    global SKIP_NNCF
+    SKIP_NNCF = args.skip_nncf
     print(json.dumps(machine()), flush=True)
     rows = []
     for name in args.models.split(","):
-        rows += bench_model(name.strip(), args.budget, args.rounds, args.accuracy)
+        rows += bench_model(name.strip(), args.budget, args.rounds, args.accuracy, args.concurrency,
+                            args.duration)
         print(table(rows, args.accuracy), flush=True)
     print(json.dumps(machine()))
     print(table(rows, args.accuracy))

@@ -106,7 +106,7 @@ def _ort_sessions(model_path: str, count: int, threads: int) -> list[Any]:
 
 
 def _thread_call(model_path: str, setup: str, concurrency: int,
-                 feeds: dict[str, np.ndarray]) -> Callable[[int], Any]:
+                 feeds: dict[str, np.ndarray], precision: dict[str, str]) -> Callable[[int], Any]:
     """``call(thread_index)`` of a thread-driven set-up, everything built."""
     if setup == "onnxruntime":
         (sess,) = _ort_sessions(model_path, 1, len(os.sched_getaffinity(0)))
@@ -116,7 +116,7 @@ def _thread_call(model_path: str, setup: str, concurrency: int,
         return lambda k: sessions[k].run(None, feeds)
     ov = _library("openvino")
     compiled = ov.Core().compile_model(model_path, "CPU", {"PERFORMANCE_HINT": "LATENCY",
-                                                           **FLOAT32})
+                                                           **precision})
     requests = [compiled.create_infer_request() for _ in range(concurrency)]
     for request in requests:
         # each request's first run alone: first runs of several requests at once from
@@ -141,7 +141,7 @@ def _result(concurrency: int, latencies_s: list[float], window_s: float,
 
 
 def _openvino_throughput(model_path: str, feeds: dict[str, np.ndarray], duration_s: float,
-                         warmup_s: float, max_requests: int | None) -> LoadResult:
+                         warmup_s: float, max_requests: int | None, precision: dict[str, str]) -> LoadResult:
     """OpenVINO's throughput set-up: an AsyncInferQueue of the compiled model's optimal number
     of jobs, a new request started as soon as a job is idle, for ``warmup_s`` (not counted)
     then ``duration_s`` seconds or ``max_requests`` completed requests. A request counts when
@@ -149,7 +149,7 @@ def _openvino_throughput(model_path: str, feeds: dict[str, np.ndarray], duration
     ``start_async`` to its callback."""
     ov = _library("openvino")
     compiled = ov.Core().compile_model(model_path, "CPU", {"PERFORMANCE_HINT": "THROUGHPUT",
-                                                           **FLOAT32})
+                                                           **precision})
     jobs = int(compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS"))
     queue = ov.AsyncInferQueue(compiled, jobs)
     lock = threading.Lock()
@@ -192,6 +192,7 @@ def measure_library(
     feeds: dict[str, np.ndarray] | None = None,
     warmup_s: float = 0.5,
     max_requests: int | None = None,
+    float32: bool = True,
 ) -> LoadResult:
     """Throughput and latency of ``model_path`` run by the plain library set-up ``setup`` (one
     of :data:`SETUPS`) with ``concurrency`` requests in flight, for ``warmup_s`` (not counted)
@@ -199,7 +200,9 @@ def measure_library(
 
     ``feeds`` defaults to :func:`random_feeds`. ``openvino-throughput`` keeps OpenVINO's
     optimal number of requests in flight instead of ``concurrency`` (its result's
-    ``concurrency`` says how many). Raises :class:`~dispatch.errors.ArgumentError` for an
+    ``concurrency`` says how many). OpenVINO computes in float32 unless ``float32`` is false
+    (then its default: bf16 on a CPU with AVX512_BF16 or AMX; what a model quantized to int8
+    leaves in float follows the same setting). Raises :class:`~dispatch.errors.ArgumentError` for an
     unknown set-up, bad numbers, or a library that is not installed."""
     if setup not in SETUPS:
         raise ArgumentError(f"unknown library set-up {setup!r}; known: {', '.join(SETUPS)}")
@@ -212,7 +215,8 @@ def measure_library(
         raise ArgumentError(f"max_requests must be positive, received {max_requests!r}")
     if feeds is None:
         feeds = random_feeds(model_path)
+    precision = FLOAT32 if float32 else {}
     if setup == "openvino-throughput":
-        return _openvino_throughput(model_path, feeds, duration_s, warmup_s, max_requests)
-    call = _thread_call(model_path, setup, concurrency, feeds)
+        return _openvino_throughput(model_path, feeds, duration_s, warmup_s, max_requests, precision)
+    call = _thread_call(model_path, setup, concurrency, feeds, precision)
     return run_load(call, concurrency, duration_s, warmup_s=warmup_s, max_requests=max_requests)

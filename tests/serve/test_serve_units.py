@@ -132,6 +132,32 @@ allow_untuned = true
     assert specs["cnn"].settings == ServeSettings(max_queue=8)  # no config.toml
 
 
+def test_accuracy_and_data_name_the_plan_by_the_data_digest(tmp_path):
+    """``accuracy`` and ``data`` (relative to the model's folder in config.toml) become the
+    objective's accuracy part, as ``opdispatch tune --accuracy --data`` keyed the plan."""
+    from dispatch.plan_policy import accuracy_string
+    from tuner.accuracy.data import data_digest
+
+    _model(tmp_path / "m" / "model.onnx")
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "m" / "samples.npz", x=rng.random((8, 3, 32, 32), dtype=np.float32))
+    digest = data_digest(str(tmp_path / "m" / "samples.npz"))
+    _config(tmp_path / "m", 'objective = "throughput@n=4"\naccuracy = "cosine:0.999"\ndata = "samples.npz"\n')
+    (spec,) = discover([tmp_path / "m"], ServeSettings())
+    assert spec.settings.objective == "throughput@n=4" + accuracy_string("cosine", 0.999, digest)
+    assert spec.settings.accuracy is None and spec.settings.data is None  # now in the objective
+    base = settings_from({"objective": "latency+nonstrict-nan", "accuracy": "max-rel:0.01",
+                          "data": str(tmp_path / "m" / "samples.npz")})
+    assert base.objective == "latency" + accuracy_string("max-rel", 0.01, digest) + "+nonstrict-nan"
+    assert base.checked("again") == base  # checked twice: the same
+    with pytest.raises(ArgumentError, match="accuracy and data go together"):
+        settings_from({"accuracy": "cosine:0.999"})
+    with pytest.raises(ArgumentError, match="the serve settings: accuracy: .*nowhere.npz"):
+        settings_from({"accuracy": "cosine:0.999", "data": str(tmp_path / "nowhere.npz")})
+    with pytest.raises(ArgumentError, match="the serve settings: accuracy: "):
+        settings_from({"accuracy": "cosine:2", "data": str(tmp_path / "m" / "samples.npz")})
+
+
 def test_an_unknown_config_key_lists_the_known_keys(tmp_path):
     _model(tmp_path / "m" / "model.onnx")
     config = _config(tmp_path / "m", "max_batch = 4\n")

@@ -23,7 +23,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     base = settings_from({"objective": args.objective, "allow_untuned": args.allow_untuned or None,
                           "shapes": shapes or None, "max_batch_size": args.max_batch_size,
                           "max_queue_delay_ms": args.max_queue_delay_ms,
-                          "max_queue": args.max_queue, "tune_budget_s": args.tune_budget_s})
+                          "max_queue": args.max_queue, "tune_budget_s": args.tune_budget_s,
+                          "accuracy": args.accuracy, "data": args.data})
     specs = discover(args.targets, base)
     store = store_path(args.store) if args.store else None
     grpc = None if args.grpc_port == 0 else args.grpc_port
@@ -125,6 +126,11 @@ def add_parser(sub: Any) -> None:
     q.add_argument("--grpc-port", type=int, default=8081, help="gRPC port (default 8081; 0: no gRPC)")
     q.add_argument("--objective", default=None,
                    help="objective of the stored plans (default latency; e.g. throughput@n=4)")
+    q.add_argument("--accuracy", default=None, metavar="METRIC:BUDGET",
+                   help="with --data: serve the plans tuned for this accuracy objective on that "
+                        "data (tune --accuracy); config.toml: accuracy = ..., data = ...")
+    q.add_argument("--data", default=None, metavar="FILE.npz",
+                   help="with --accuracy: the samples the plans were tuned on (their digest names them)")
     q.add_argument("--allow-untuned", action="store_true",
                    help="serve a model without a stored plan for this machine on its untuned "
                         "plan (the metadata says so) instead of reporting it not ready")

@@ -60,6 +60,11 @@ class ServeSettings:
             (HTTP 503 / gRPC UNAVAILABLE) instead of growing the queue without bound.
         tune_budget_s: when no plan is stored for this machine, tune the served shapes first
             (this many seconds each) and serve the tuned plan; ``None``: not ready instead.
+        accuracy: with ``data``, serve the plan tuned for this accuracy objective on that data
+            (``"cosine:0.999"``: ``opdispatch tune --accuracy``); once checked, both are part of
+            ``objective`` (the data's digest names the plan) and are ``None`` here.
+        data: the samples the plan was tuned on (``.npz`` or a folder; in ``config.toml``
+            relative to the model's folder).
     """
 
     objective: str = "latency"
@@ -69,6 +74,8 @@ class ServeSettings:
     max_queue_delay_ms: float = 2.0
     max_queue: int = 64
     tune_budget_s: float | None = None
+    accuracy: str | None = None
+    data: str | None = None
 
     def checked(self, where: str) -> ServeSettings:
         """These settings, each one checked; :class:`ArgumentError` naming ``where``."""
@@ -76,6 +83,12 @@ class ServeSettings:
             objective = canonical_objective(str(self.objective))
         except Exception as exc:
             raise ArgumentError(f"{where}: objective: {exc}") from None
+        if (self.accuracy is None) != (self.data is None):
+            raise ArgumentError(f"{where}: accuracy and data go together (the plan was tuned for "
+                                f"that budget on that data), received accuracy={self.accuracy!r} "
+                                f"and data={self.data!r}")
+        if self.accuracy is not None:
+            objective = _with_accuracy(objective, str(self.accuracy), str(self.data), where)
         if not isinstance(self.allow_untuned, bool):
             raise ArgumentError(f"{where}: allow_untuned must be true or false, received "
                                 f"{self.allow_untuned!r}")
@@ -103,7 +116,29 @@ class ServeSettings:
                 raise ArgumentError(f"{where}: shapes.{name} must be a list of positive "
                                     f"integers, received {dims!r}")
             shapes[str(name)] = tuple(dims)
-        return replace(self, objective=objective, shapes=shapes, max_queue_delay_ms=float(delay))
+        return replace(self, objective=objective, shapes=shapes, max_queue_delay_ms=float(delay),
+                       accuracy=None, data=None)
+
+
+def _with_accuracy(objective: str, accuracy: str, data: str, where: str) -> str:
+    """``objective`` with the accuracy part of ``accuracy`` (``METRIC:BUDGET``) on ``data`` (its
+    digest) in place of any it had."""
+    from dispatch.plan_policy import (
+        NONSTRICT_NAN_SUFFIX,
+        accuracy_string,
+        parse_accuracy,
+        split_accuracy,
+    )
+    from tuner.accuracy.data import data_digest
+
+    try:
+        metric, budget = parse_accuracy(accuracy)
+        digest = data_digest(data)
+    except Exception as exc:
+        raise ArgumentError(f"{where}: accuracy: {exc}") from None
+    base = split_accuracy(objective)[0]
+    strict = base.removesuffix(NONSTRICT_NAN_SUFFIX)
+    return strict + accuracy_string(metric, budget, digest) + base[len(strict):]
 
 
 #: every key ``config.toml`` may hold
@@ -133,6 +168,8 @@ def read_settings(path: Path, base: ServeSettings) -> ServeSettings:
     if unknown:
         raise ArgumentError(f"{path}: unknown key(s) {', '.join(unknown)}; the keys are "
                             f"{', '.join(SETTING_KEYS)}")
+    if isinstance(data.get("data"), str) and not Path(data["data"]).is_absolute():
+        data["data"] = str(path.parent / data["data"])  # relative to the model's folder
     return replace(base, **data).checked(str(path))
 
 
