@@ -207,11 +207,16 @@ class ThroughputStage:
                        else _priority(t.config, self.cores))
         for k, trial in enumerate(order):
             left = self.deadline - self._reserve() - time.monotonic()
-            # the trials left and the confirmation round share what is left, less their builds
-            per = left / (len(self.trials) - k + CONFIRM) - WARMUP_S - self._build_s
-            if per < MIN_WINDOW_S and k > 0:
+            # how many trials the time left still holds at the shortest window, the confirmation
+            # round kept: the likeliest run first and the least likely are the ones left out
+            # (sharing the time among every trial left instead skipped the likeliest ones while
+            # many were left, and measured the least likely at the end: bench/README.md)
+            fit = int(left // (MIN_WINDOW_S + WARMUP_S + self._build_s)) - CONFIRM
+            if fit < 1 and k > 0:
                 trial.error = BUDGET_SKIP
                 continue
+            # the trials that will run and the confirmation round share what is left, less their builds
+            per = left / (min(len(order) - k, max(1, fit)) + CONFIRM) - WARMUP_S - self._build_s
             window = min(WINDOW_S, max(MIN_WINDOW_S, per))
             self.say(f"throughput: {trial.plan.label}, {trial.config.label()} ({window:.1f} s)")
             try:

@@ -141,6 +141,43 @@ def test_serving_candidates_start_with_the_latency_set_up():
     assert ServingConfig("streams", 64, 1, 64, 64) not in serving_candidates(plan, 64, 2)
 
 
+def test_a_short_budget_leaves_out_the_least_likely_configurations_not_the_likeliest(monkeypatch):
+    """The stage's scheduling alone: each measurement replaced by a sleep of its window (the
+    thing under test is which trials the budget keeps, not the figures). With time for a few
+    trials of many, the ones measured come first in the stage's priority order and the ones
+    left out last."""
+    from tuner import throughput as tp
+    from tuner.load import LoadResult
+    from tuner.tune_types import PlanCandidate
+
+    sessions = {b: Session(small_cnn(), backends=[b], store=False) for b in ("onnxruntime", "openvino", "numpy")}
+    plans = [PlanCandidate(b, s.plan, None) for b, s in sessions.items()]
+    for k, pc in enumerate(plans):
+        pc.latency_ms = 1.0 + k
+    graph = sessions["numpy"].graph
+    stage = tp.ThroughputStage(graph, None, {}, [], 4, None, time.monotonic() + 60, None)
+    stage.cores = 2
+
+    def fake_load(plan, config, window):  # a build of 0.3 s, the warm-up, the window
+        stage._builds.append(0.3)
+        time.sleep(0.3 + tp.WARMUP_S + window)
+        return LoadResult(4, 10, window, 10 / window, 1.0, 1.0, 1.0, 1.0)
+
+    monkeypatch.setattr(stage, "_load", fake_load)
+    monkeypatch.setattr(tp, "CONFIRM", 0)
+    # room for about four trials at the shortest window besides the reserve
+    stage.deadline = time.monotonic() + stage._reserve() + 4 * (tp.MIN_WINDOW_S + tp.WARMUP_S + 0.3) + 0.2
+    stage.measure(plans)
+    measured = [t for t in stage.trials if t.result is not None]
+    skipped = [t for t in stage.trials if t.error == tp.BUDGET_SKIP]
+    assert len(stage.trials) >= 8 and 3 <= len(measured) <= 6 and skipped
+    baseline = stage.trials[0]
+    assert baseline.result is not None  # the latency set-up of the fastest plan, always
+    rank = [tp._priority(t.config, 2) for t in stage.trials]
+    worst_measured = max(rank[k] for k, t in enumerate(stage.trials) if t.result is not None and t is not baseline)
+    assert all(rank[stage.trials.index(t)] >= worst_measured for t in skipped)
+
+
 def test_the_load_loop_counts_requests_and_errors():
     calls = []
     lock = threading.Lock()
