@@ -190,6 +190,9 @@ class ThroughputStage:
         self.winner: ServingTrial | None = None
         self.note = ""
         self._builds: list[float] = []
+        #: seconds kept after the stage for what follows it besides the winner's validation
+        #: (an accuracy objective's check of the winner on the held-out samples, as served)
+        self.extra_reserve_s = 0.0
 
     # -- measuring ---------------------------------------------------------------------
     def measure(self, plans: Sequence[PlanCandidate], reduced: Sequence[PlanCandidate] = ()) -> None:
@@ -242,7 +245,7 @@ class ThroughputStage:
 
     def _reserve(self) -> float:
         """The time kept for the winner's validation and final measurement."""
-        return FINAL_WINDOW_S + WARMUP_S + 0.5 + self._build_s
+        return FINAL_WINDOW_S + WARMUP_S + 0.5 + self._build_s + self.extra_reserve_s
 
     def _confirm(self) -> None:
         """Measure the best few configurations once more, in the opposite order, and keep

@@ -86,7 +86,7 @@ from tuner.nonfinite import nonfinite_winner
 from tuner.optimize import Choice, Problem, Solution, evaluate, optimize
 from tuner.store import PlanStore
 from tuner.store.guarded import GuardedStore
-from tuner.throughput import ThroughputStage, throughput_share
+from tuner.throughput import MAX_REDUCED, ThroughputStage, throughput_share
 from tuner.tune_measure import _conversion_costs, _measure_all
 from tuner.tune_types import NOISY_SPREAD, PlanCandidate, TuneOptions, TuneResult, TuningError
 from tuner.tuning_inputs import captured_values, checked_inputs, reference_outputs
@@ -487,6 +487,8 @@ def _tune(
         t_stage = time.monotonic()
         serving = ThroughputStage(graph, registry, feeds, reference, throughput[0], throughput[1],
                                   throughput[2], say)
+        if precision is not None:  # the winner's check on the held-out samples, as served
+            serving.extra_reserve_s = precision.served_check_s(reduced[:MAX_REDUCED])
         serving.measure(plans, reduced)
         choose = serving.choose
         stage_s["throughput_s"] = time.monotonic() - t_stage

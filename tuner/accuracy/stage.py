@@ -479,6 +479,12 @@ class AccuracyStage:
                                       **({"winner": chosen.label} if reduced else {}))
         return chosen
 
+    def served_check_s(self, plans: Sequence[PlanCandidate]) -> float:
+        """What :meth:`check_served` of the slowest of ``plans`` will take, about: a build and
+        a run of each held-out sample at its measured latency, with a margin."""
+        ms = max((pc.latency_ms or 0.0 for pc in plans), default=0.0)
+        return 1.5 * ms / 1e3 * len(self.data.held_out) + 2.0 if plans else 0.0
+
     def check_served(self, plan: Plan) -> dict[str, Any]:
         """``plan`` built as a server builds it (its serving configuration: streams, library
         settings) and run on the held-out samples: its error there, and whether it is within
