@@ -206,6 +206,19 @@ def test_search_takes_what_fits_and_backs_off_what_breaks_the_budget(tmp_path):
     assert "precision" not in json.dumps([s for s in json.loads(plan.to_json())["steps"] if not s.get("precision")])
 
 
+def test_a_whole_region_over_budget_on_the_first_samples_is_refused_there(tmp_path):
+    """With more calibration samples than the sensitivity ones and a worst-sample metric, a
+    whole region over the budget on the first samples is refused without the rest."""
+    e = fake_precision.ERROR["value"]
+    block = (1 + e) ** 3 - 1
+    model = chain_model(tmp_path / "chain.onnx")
+    result, _ = _tune(model, tmp_path, f"max-rel:{2 * block + 0.6 * block ** 2!r}", samples(40))
+    acc = result.plan.provenance["accuracy"]
+    whole = next(c for c in acc["candidates"] if "whole" in c["label"])
+    assert not whole["within"] and whole["on"] == "first 16 calibration"
+    assert acc["held_out"]["within"] and result.plan.precisions().get("int8", 0) == 3
+
+
 def test_a_budget_no_variant_meets_keeps_float32(tmp_path):
     model = chain_model(tmp_path / "chain.onnx")
     result, _ = _tune(model, tmp_path, "max-rel:0.001", samples(8))

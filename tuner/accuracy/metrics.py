@@ -113,6 +113,12 @@ class AccuracyObjective:
         return cls(metric, budget, fn)
 
     @property
+    def worst_sample(self) -> bool:
+        """Whether the error is the worst sample's (``cosine``, ``max-rel``): then an error
+        over the budget on some of the samples is over it on all of them."""
+        return self.metric in ("cosine", "max-rel") and self.error_fn is METRIC_ERRORS[self.metric]
+
+    @property
     def allowance(self) -> float:
         """The largest error within the budget."""
         return 1.0 - self.budget if self.metric == "cosine" else self.budget
