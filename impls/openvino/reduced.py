@@ -73,7 +73,10 @@ def _compile_qdq(region: FusedNode, precision: str = "f32"):
     so such a region is refused as over budget, never stored."""
     import onnx
 
-    model = qdq_model(region, quantize_outputs=False)  # inputs only: the plugin fuses the Convs' post-ops
+    # inputs only, so that the plugin fuses the Convs' post-ops; a plan step stored before
+    # this recipe (without the setting) builds the one its accuracy was measured with
+    recipe = (region.attrs.get("precision") or {}).get("quantized_outputs", "yes")
+    model = qdq_model(region, quantize_outputs=recipe != "no")
     with tempfile.TemporaryDirectory(prefix="opdispatch-ov-int8-") as tmp:
         path = Path(tmp) / "int8.onnx"
         onnx.save(model, str(path))
@@ -83,7 +86,8 @@ def _compile_qdq(region: FusedNode, precision: str = "f32"):
 @impls.register_region("compiled_int8", propose=propose, priority=Priority.FALLBACK,
                        supports=_int8_supports,
                        settings={"quantization": "static int8 QDQ (Conv, MatMul, Gemm inputs; per channel; "
-                                               "outputs left in float, as NNCF quantizes for OpenVINO)"},
+                                               "outputs left in float, as NNCF quantizes for OpenVINO)",
+                                 "quantized_outputs": "no"},
                        precision="int8", calibrate=calibrate)
 def build_region_int8(region: FusedNode):
     """A region's QDQ int8 model (ranges calibrated on the user's data, stored with the plan
@@ -98,7 +102,8 @@ def _int8_bf16_supports(region: FusedNode) -> str | None:
 @impls.register_region("compiled_int8_bf16", propose=propose, priority=Priority.FALLBACK,
                        supports=_int8_bf16_supports,
                        settings={"quantization": "static int8 QDQ (Conv, MatMul, Gemm inputs; per channel; "
-                                                 "outputs left in float)", "inference_precision": "bf16"},
+                                                 "outputs left in float)", "quantized_outputs": "no",
+                                 "inference_precision": "bf16"},
                        precision="int8", calibrate=calibrate)
 def build_region_int8_bf16(region: FusedNode):
     """:func:`build_region_int8` with the operations left in float computed in bf16 (what
