@@ -200,14 +200,20 @@ class ThroughputStage:
         and of the ``reduced``-precision plans an accuracy objective found within its budget
         (:meth:`tuner.accuracy.stage.AccuracyStage.within_budget`: the fastest
         :data:`MAX_REDUCED` of them, first)."""
-        for pc in _contenders(reduced, MAX_REDUCED) + _contenders(plans, MAX_PLANS):
-            for config in serving_candidates(pc.plan, self.concurrency, self.cores):
-                self.trials.append(ServingTrial(pc, config))
+        baselines: list[ServingTrial] = []
+        for group in (_contenders(reduced, MAX_REDUCED), _contenders(plans, MAX_PLANS)):
+            for j, pc in enumerate(group):
+                for i, config in enumerate(serving_candidates(pc.plan, self.concurrency, self.cores)):
+                    self.trials.append(ServingTrial(pc, config))
+                    if i == 0 and j == 0:  # the group's fastest plan, its latency set-up
+                        baselines.append(self.trials[-1])
         # measured likeliest first (every plan's), shown in plan order; the latency set-up of
-        # the fastest plan first of all (always measured: the baseline the report compares to)
-        baseline = self.trials[0] if self.trials else None
-        order = sorted(self.trials, key=lambda t: -1 if t is baseline
+        # the fastest plan of each group (reduced precision, float32) first of all (always
+        # measured: the baselines the report compares to, and a float32 plan to fall back on
+        # when a reduced winner breaks its budget as served)
+        order = sorted(self.trials, key=lambda t: -1 if t in baselines
                        else _priority(t.config, self.cores))
+        always = len(baselines)
         for k, trial in enumerate(order):
             left = self.deadline - self._reserve() - time.monotonic()
             # how many trials the time left still holds at the shortest window, the confirmation
@@ -215,7 +221,7 @@ class ThroughputStage:
             # (sharing the time among every trial left instead skipped the likeliest ones while
             # many were left, and measured the least likely at the end: bench/README.md)
             fit = int(left // (MIN_WINDOW_S + WARMUP_S + self._build_s)) - CONFIRM
-            if fit < 1 and k > 0:
+            if fit < 1 and k >= max(1, always):
                 trial.error = BUDGET_SKIP
                 continue
             # the trials that will run and the confirmation round share what is left, less their builds
