@@ -221,7 +221,7 @@ class ThroughputStage:
             # (sharing the time among every trial left instead skipped the likeliest ones while
             # many were left, and measured the least likely at the end: bench/README.md)
             fit = int(left // (MIN_WINDOW_S + WARMUP_S + self._build_s)) - CONFIRM
-            if fit < 1 and k >= max(1, always):
+            if fit < 1 and k >= always:
                 trial.error = BUDGET_SKIP
                 continue
             # the trials that will run and the confirmation round share what is left, less their builds
