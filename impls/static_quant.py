@@ -2,7 +2,10 @@
 share: the region's ONNX model quantized by onnxruntime's own tool
 (``onnxruntime.quantization.quantize_static``: QuantizeLinear / DequantizeLinear pairs around
 the Conv, MatMul and Gemm nodes, weights int8 per output channel, activations uint8 with the
-ranges calibrated on the user's data, min-max).
+ranges calibrated on the user's data, min-max). Which pairs a model gets is its recipe
+(:data:`RECIPES`, recorded by the plan step): onnxruntime's int8 kernels want the outputs
+quantized too, OpenVINO's plugin fuses best what NNCF produces (inputs only, and in CNNs the
+residual additions and poolings).
 
 Calibration (:func:`calibrate`) runs once, while tuning, on the region's inputs recorded from
 the calibration samples; the tool's calibration cache (its JSON) is what a plan step stores
@@ -21,6 +24,7 @@ import logging
 import tempfile
 import warnings
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +33,49 @@ import numpy as np
 from dispatch.fusion import FusedNode
 from impls.regions import region_model
 
-#: the ops whose inputs static quantization puts in int8
+#: the ops with weights whose inputs static quantization puts in int8 (every recipe)
 STATIC_OPS = ("Conv", "MatMul", "Gemm")
+#: what OpenVINO's recipe quantizes besides, in a convolutional region (NNCF's for CNNs): the
+#: inputs of the additions of two activations (residual connections; a 2-input ``Sum`` counts)
+#: and of the poolings, so that the CPU plugin runs them in u8 fused with the Convs around them
+CNN_EXTRA_OPS = ("Add", "MaxPool", "AveragePool")
+#: what calibration records ranges for: every recipe's tensors, so one calibration serves all
+CALIBRATED_OPS = STATIC_OPS + CNN_EXTRA_OPS
+
+
+@dataclass(frozen=True)
+class QdqRecipe:
+    """Which Quantize/Dequantize pairs a region's QDQ model gets."""
+
+    name: str
+    #: a pair on the outputs of the quantized ops too (what onnxruntime needs to run a Conv in
+    #: int8: DQ -> Conv -> Q becomes QLinearConv); without it only their inputs are quantized,
+    #: as NNCF does for OpenVINO, whose CPU plugin then fuses each Conv with its post-ops
+    quantize_outputs: bool
+    #: :data:`CNN_EXTRA_OPS` quantized too where the region is convolutional (has no MatMul:
+    #: NNCF's recipe for transformers leaves additions and poolings in float)
+    cnn_extras: bool
+    doc: str
+
+
+#: the recipes by the name a plan step records (``precision["qdq_recipe"]``)
+RECIPES = {r.name: r for r in (
+    QdqRecipe("onnxruntime", True, False, "Conv, MatMul, Gemm inputs and outputs (onnxruntime's default)"),
+    QdqRecipe("inputs", False, False, "Conv, MatMul, Gemm inputs only"),
+    QdqRecipe("openvino", False, True, "Conv, MatMul, Gemm inputs; in a convolutional region also the "
+              "inputs of residual additions and poolings (NNCF's recipe for CNNs)"),
+)}
+
+
+def recipe_of(precision: dict[str, Any]) -> QdqRecipe:
+    """The recipe a plan step's ``precision`` names; a step stored before recipes had names
+    builds the one its accuracy was measured with (``quantized_outputs = no``: inputs only;
+    nothing: onnxruntime's)."""
+    name = precision.get("qdq_recipe") or ("inputs" if precision.get("quantized_outputs") == "no"
+                                           else "onnxruntime")
+    if name not in RECIPES:
+        raise ValueError(f"unknown QDQ recipe {name!r:.40} in a plan step; known: {', '.join(RECIPES)}")
+    return RECIPES[name]
 #: the opset a region is converted to first when older: per-channel weights need DequantizeLinear's
 #: ``axis`` (opset 13); the tool does not convert (measured with onnxruntime 1.32 on an opset-9
 #: ResNet-50: it writes DequantizeLinear-11 with an axis, an invalid model)
@@ -73,18 +118,55 @@ def quiet_root_logger() -> Iterator[None]:
         root.setLevel(level)
 
 
+def _prepared(model: Any) -> Any:
+    """``model`` made ready for the tool: converted to opset 13 when older (per-channel
+    DequantizeLinear needs its ``axis``; the tool does not convert: measured with onnxruntime
+    1.32 on an opset-9 ResNet-50, it writes DequantizeLinear-11 with an axis, an invalid model),
+    2-input ``Sum`` nodes made ``Add`` (the same operation, which the tool can quantize: onnx's
+    ResNet-50 adds its residuals with ``Sum``) and nameless nodes named."""
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), QDQ_OPSET)
+    if opset < QDQ_OPSET:
+        from onnx import version_converter
+
+        model = version_converter.convert_version(model, QDQ_OPSET)
+    for k, node in enumerate(model.graph.node):
+        if node.op_type == "Sum" and len(node.input) == 2 and node.domain in ("", "ai.onnx"):
+            node.op_type = "Add"
+        if not node.name:
+            node.name = f"_qdq_{k}_{node.op_type}"
+    return model
+
+
+def _plan(model: Any, recipe: QdqRecipe) -> tuple[list[str], list[str]]:
+    """The op types ``recipe`` quantizes in ``model`` and the nodes of those types it leaves
+    out (additions of a constant: biases, not residual connections)."""
+    nodes = model.graph.node
+    if not (recipe.cnn_extras and not any(n.op_type == "MatMul" for n in nodes)):
+        return list(STATIC_OPS), []
+    constants = {i.name for i in model.graph.initializer}
+    constants |= {o for n in nodes if n.op_type == "Constant" for o in n.output}
+    biases = [n.name for n in nodes if n.op_type == "Add" and any(i in constants for i in n.input)]
+    return list(CALIBRATED_OPS), biases
+
+
 def _quantize(region: FusedNode, folder: Path, cache: Path, reader: Any, exclude: Sequence[str] = (),
-              quantize_outputs: bool = True) -> Any:
+              recipe: QdqRecipe | None = None) -> Any:
+    """The tool run on ``region``'s model: with a ``reader``, calibration of every recipe's
+    tensors into ``cache`` (:data:`CALIBRATED_OPS`); without, the ``recipe``'s QDQ model from
+    the ranges in ``cache``."""
     import onnx
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 
     src, out = folder / "region.onnx", folder / "int8.onnx"
-    model = region_model(region)
-    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), QDQ_OPSET)
-    if opset < QDQ_OPSET:  # per-channel DequantizeLinear (its axis) needs opset 13
-        from onnx import version_converter
-
-        model = version_converter.convert_version(model, QDQ_OPSET)
+    model = _prepared(region_model(region))
+    if recipe is None:  # calibration
+        ops, skipped, options = list(CALIBRATED_OPS), [], {}
+    else:
+        ops, skipped = _plan(model, recipe)
+        options = {} if recipe.quantize_outputs else {
+            "OpTypesToExcludeOutputQuantization": [o for o in ops if o in STATIC_OPS or o == "Add"]}
+        if "MaxPool" in ops:  # a pooling's input is quantized even where no quantized op wrote it
+            options["ForceQuantizeNoInputCheck"] = True
     onnx.save(model, str(src))
     # (a tensor whose calibrated range is empty makes the tool divide by a zero scale and warn;
     # the error such a region adds is what the accuracy stage measures and refuses)
@@ -92,10 +174,8 @@ def _quantize(region: FusedNode, folder: Path, cache: Path, reader: Any, exclude
         warnings.simplefilter("ignore", RuntimeWarning)
         quantize_static(str(src), str(out), reader, quant_format=QuantFormat.QDQ, per_channel=True,
                         activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
-                        op_types_to_quantize=list(STATIC_OPS), calibration_cache_path=str(cache),
-                        nodes_to_exclude=list(exclude),
-                        extra_options={} if quantize_outputs else {
-                            "OpTypesToExcludeOutputQuantization": list(STATIC_OPS)})
+                        op_types_to_quantize=ops, calibration_cache_path=str(cache),
+                        nodes_to_exclude=[*exclude, *skipped], extra_options=options)
     return onnx.load(str(out))
 
 
@@ -121,17 +201,19 @@ def calibrate(region: FusedNode, samples: Sequence[Sequence[np.ndarray]]) -> dic
         return json.loads(cache.read_text())
 
 
-def qdq_model(region: FusedNode, quantize_outputs: bool = True) -> Any:
+def qdq_model(region: FusedNode, recipe: str | None = None) -> Any:
     """``region``'s QDQ int8 model from the calibration its plan step stores
     (``region.attrs["precision"]["calibration"]``), the nodes its ``exclude`` names left in
     float (the blocks too sensitive for int8: one region, no boundary between them).
 
-    ``quantize_outputs``: a Quantize/Dequantize pair on the outputs of the quantized ops too
-    (what onnxruntime needs to run a Conv in int8: DQ -> Conv -> Q becomes QLinearConv); without
-    it only their inputs are quantized, as NNCF does for OpenVINO, whose CPU plugin then fuses
-    each Conv with the Add and activation after it (measured on ResNet-50 here: 53 of 53 Convs
-    fused against about 50 eltwise subgraphs left apart, 11.3-11.7 ms against 11.9-12.4 ms one
-    request at a time, NNCF's model 11.1-11.6 ms)."""
+    ``recipe`` (a name of :data:`RECIPES`; default: the one the step records, see
+    :func:`recipe_of`) says which pairs the model gets. OpenVINO's, measured on ResNet-50 one
+    request at a time (OpenVINO LATENCY, each model in a process of its own, alternated):
+    Conv/MatMul/Gemm inputs and outputs 11.9-12.4 ms (about 50 eltwise subgraphs left apart
+    from the Convs); inputs only 11.3-11.9 ms (53 of 53 Convs fused with their Add and
+    activation); with the residual additions and poolings too, 11.03 ms median of 5 against
+    NNCF's 11.12 ms (the plugin's runtime graph then matches NNCF's: poolings in u8, no
+    FakeQuantize left)."""
     precision = region.attrs.get("precision") or {}
     calibration = precision.get("calibration")
     exclude = precision.get("exclude") or []
@@ -140,7 +222,10 @@ def qdq_model(region: FusedNode, quantize_outputs: bool = True) -> Any:
     if not isinstance(calibration, dict):
         raise ValueError("a static int8 region needs its calibration (precision['calibration'] of its "
                          "plan step, written by accuracy tuning)")
+    if recipe is not None and recipe not in RECIPES:
+        raise ValueError(f"unknown QDQ recipe {recipe!r:.40}; known: {', '.join(RECIPES)}")
+    chosen = RECIPES[recipe] if recipe is not None else recipe_of(precision)
     with tempfile.TemporaryDirectory(prefix="opdispatch-int8-") as tmp:
         cache = Path(tmp) / "calibration.json"
         cache.write_text(json.dumps(calibration))
-        return _quantize(region, Path(tmp), cache, None, exclude, quantize_outputs)
+        return _quantize(region, Path(tmp), cache, None, exclude, chosen)

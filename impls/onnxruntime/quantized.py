@@ -76,7 +76,8 @@ def _static_supports(region: FusedNode) -> str | None:
 
 @impls.register_region("session_int8_static", propose=propose, priority=Priority.FALLBACK,
                        supports=_static_supports,
-                       settings={"quantization": "static int8 QDQ (Conv, MatMul, Gemm; per channel)"},
+                       settings={"quantization": "static int8 QDQ (Conv, MatMul, Gemm; per channel)",
+                                 "qdq_recipe": "onnxruntime"},
                        precision="int8", calibrate=calibrate)
 def build_region_int8_static(region: FusedNode):
     """A region as an onnxruntime InferenceSession of its QDQ int8 model (ranges calibrated on

@@ -17,7 +17,7 @@ from pathlib import Path
 from dispatch.fusion import FusedNode
 from dispatch.registry import Priority
 from impls.openvino.region import _supports, build_compiled, compile_config, core, impls, propose
-from impls.static_quant import calibrate, qdq_model, static_reason
+from impls.static_quant import RECIPES, calibrate, qdq_model, static_reason
 
 
 @functools.cache
@@ -73,10 +73,9 @@ def _compile_qdq(region: FusedNode, precision: str = "f32"):
     so such a region is refused as over budget, never stored."""
     import onnx
 
-    # inputs only, so that the plugin fuses the Convs' post-ops; a plan step stored before
-    # this recipe (without the setting) builds the one its accuracy was measured with
-    recipe = (region.attrs.get("precision") or {}).get("quantized_outputs", "yes")
-    model = qdq_model(region, quantize_outputs=recipe != "no")
+    # the step's recipe (OpenVINO's: the plugin fuses each Conv with its post-ops); a plan step
+    # stored before it builds the one its accuracy was measured with
+    model = qdq_model(region)
     with tempfile.TemporaryDirectory(prefix="opdispatch-ov-int8-") as tmp:
         path = Path(tmp) / "int8.onnx"
         onnx.save(model, str(path))
@@ -85,9 +84,8 @@ def _compile_qdq(region: FusedNode, precision: str = "f32"):
 
 @impls.register_region("compiled_int8", propose=propose, priority=Priority.FALLBACK,
                        supports=_int8_supports,
-                       settings={"quantization": "static int8 QDQ (Conv, MatMul, Gemm inputs; per channel; "
-                                               "outputs left in float, as NNCF quantizes for OpenVINO)",
-                                 "quantized_outputs": "no"},
+                       settings={"quantization": f"static int8 QDQ, per channel: {RECIPES['openvino'].doc}",
+                                 "qdq_recipe": "openvino"},
                        precision="int8", calibrate=calibrate)
 def build_region_int8(region: FusedNode):
     """A region's QDQ int8 model (ranges calibrated on the user's data, stored with the plan
@@ -101,9 +99,8 @@ def _int8_bf16_supports(region: FusedNode) -> str | None:
 
 @impls.register_region("compiled_int8_bf16", propose=propose, priority=Priority.FALLBACK,
                        supports=_int8_bf16_supports,
-                       settings={"quantization": "static int8 QDQ (Conv, MatMul, Gemm inputs; per channel; "
-                                                 "outputs left in float)", "quantized_outputs": "no",
-                                 "inference_precision": "bf16"},
+                       settings={"quantization": f"static int8 QDQ, per channel: {RECIPES['openvino'].doc}",
+                                 "qdq_recipe": "openvino", "inference_precision": "bf16"},
                        precision="int8", calibrate=calibrate)
 def build_region_int8_bf16(region: FusedNode):
     """:func:`build_region_int8` with the operations left in float computed in bf16 (what

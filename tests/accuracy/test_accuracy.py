@@ -331,33 +331,6 @@ def test_throughput_winner_over_budget_as_served_gives_way_to_float32(tmp_path, 
 
 # -- the real variants against the numpy reference ----------------------------------------------
 
-def test_openvino_int8_quantizes_the_inputs_only_unless_a_stored_step_says_otherwise(tmp_path):
-    """OpenVINO's int8 variants record ``quantized_outputs = no`` (the plugin then fuses a Conv
-    with the ops after it); a step stored without it builds the recipe it was measured with."""
-    pytest.importorskip("onnxruntime")
-    from dispatch.backend import load_registry
-    from dispatch.fusion import region_node
-    from impls.static_quant import calibrate, qdq_model
-    from tuner.accuracy.blocks import precision_of
-
-    reg = load_registry()
-    graph = load_graph(str(mlp_model(tmp_path / "mlp.onnx")), reg, ["numpy"])
-    node = region_node(graph, [n.name for n in graph.nodes])
-    rng = np.random.default_rng(3)
-    node.attrs = {**node.attrs, "precision": {"dtype": "int8", "calibration": calibrate(
-        node, [(rng.standard_normal((1, 4, 64)).astype(np.float32),) for _ in range(4)])}}
-
-    def quantized(model) -> list[str]:
-        return sorted(n.input[0] for n in model.graph.node if n.op_type == "QuantizeLinear")
-
-    both, inputs = quantized(qdq_model(node)), quantized(qdq_model(node, quantize_outputs=False))
-    assert set(inputs) < set(both)  # the MatMul outputs' pairs gone, their inputs' kept
-    assert {"x", "r"} <= set(inputs)
-    if "openvino" in reg.available_backends():
-        for name in ("Region.openvino.compiled_int8", "Region.openvino.compiled_int8_bf16"):
-            assert precision_of(reg.impl(name))["quantized_outputs"] == "no"
-
-
 @pytest.mark.parametrize("impl_name,tolerance", [("Region.onnxruntime.session_int8_dynamic", 0.05),
                                                  ("Region.onnxruntime.session_int8_static", 0.05),
                                                  ("Region.openvino.compiled_int8", 0.05),
