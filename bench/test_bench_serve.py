@@ -38,7 +38,11 @@ Models: ``OPDISPATCH_BENCH_SERVE_MODELS`` (default ``resnet50,mobilenet_v2,bert_
 of the bench's models (onnx's light architectures, written on first use, and the exports of
 bench/models/export.py found in ``OPDISPATCH_BENCH_MODELS``) or paths of .onnx files; a model
 that is not there is skipped with why. ``OPDISPATCH_BENCH_SERVE_SHAPES`` (``NAME=1x128,...``)
-names the served shape of models with symbolic inputs. Skipped unless ``--benchmark-enable``,
+names the served shape of models with symbolic inputs. ``OPDISPATCH_BENCH_SERVE_ACCURACY``
+(e.g. ``cosine:0.999``) tunes, serves and runs the plan with that accuracy budget on the
+model's own samples (``--accuracy A --data D``: ``D`` is ``OPDISPATCH_BENCH_SERVE_DATA`` or
+else ``MODEL_data.npz`` beside the model, as bench/models/accuracy_models.py writes them),
+so that a plan in reduced precision is what is served. Skipped unless ``--benchmark-enable``,
 and when onnxruntime, kserve or tritonclient's HTTP client is not installed.
 
     OPDISPATCH_BENCH_BUDGET=60 python -m pytest bench/test_bench_serve.py -q -s --benchmark-enable
@@ -104,6 +108,8 @@ OPEN_FRACTION = float(os.environ.get("OPDISPATCH_BENCH_SERVE_OPEN", "0.7"))
 OPEN_WORKERS = int(os.environ.get("OPDISPATCH_BENCH_SERVE_OPEN_WORKERS", "32"))
 ORT_THREADS = os.environ.get("OPDISPATCH_BENCH_SERVE_ORT_THREADS")
 SHAPES = _list("OPDISPATCH_BENCH_SERVE_SHAPES", "")
+ACCURACY = os.environ.get("OPDISPATCH_BENCH_SERVE_ACCURACY")
+DATA = os.environ.get("OPDISPATCH_BENCH_SERVE_DATA")
 JSON_PATH = os.environ.get("OPDISPATCH_BENCH_SERVE_JSON")
 #: seconds a server may take from its start to its model's readiness (loading, warming)
 READY_TIMEOUT_S = float(os.environ.get("OPDISPATCH_BENCH_SERVE_READY_TIMEOUT", "300"))
@@ -144,11 +150,18 @@ def _shape_args() -> list[str]:
     return [a for s in SHAPES for a in ("--shape", s)]
 
 
+def _accuracy_args(path: str) -> list[str]:
+    """``--accuracy A --data D`` when the bench serves plans tuned with an accuracy budget."""
+    if not ACCURACY:
+        return []
+    return ["--accuracy", ACCURACY, "--data", DATA or str(Path(path).with_name(f"{Path(path).stem}_data.npz"))]
+
+
 def _tune(name: str, path: str) -> None:
     """``opdispatch tune`` in a process of its own into the model's store; a failure is kept."""
     cmd = [sys.executable, "-m", "tuner.cli", "tune", path, "--store", _stores[name],
            "--objective", "throughput", "--concurrency", str(TUNE_N), "--budget", str(BUDGET_S),
-           "--no-progress", *_shape_args()]
+           "--no-progress", *_shape_args(), *_accuracy_args(path)]
     limit = max(600.0, BUDGET_S * 10)
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=limit)
@@ -279,7 +292,7 @@ def served_cmd(path: str) -> list[str]:
     """``opdispatch serve`` of the model's throughput plan, HTTP only, on loopback."""
     return [sys.executable, "-m", "tuner.cli", "serve", path, "--store", "{store}",
             "--objective", OBJECTIVE, "--grpc-port", "0", "--host", "127.0.0.1",
-            *_shape_args()]
+            *_shape_args(), *_accuracy_args(path)]
 
 
 def ort_cmd(path: str) -> list[str]:
@@ -295,7 +308,7 @@ def measure(setup: str, name: str, path: str, concurrency: int,
     if setup == "in-process":
         cmd = [sys.executable, "-m", "tuner.cli", "run", path, "--store", store, "--objective",
                OBJECTIVE, "--concurrency", str(concurrency), "--duration", str(DURATION_S),
-               "--require-plan", "--json", "-", *_shape_args()]
+               "--require-plan", "--json", "-", *_shape_args(), *_accuracy_args(path)]
         return _json_run(cmd, DURATION_S + READY_TIMEOUT_S, "opdispatch run")
     cmd = served_cmd(path) if setup == "served" else ort_cmd(path)
     cmd = [store if a == "{store}" else a for a in cmd]
@@ -355,7 +368,8 @@ def tables() -> str:
     flags = ", ".join(f"{f} {'yes' if m[f] else 'no'}" for f in ("avx512f", "avx512_vnni",
                                                                    "amx_tile"))
     text = (f"Machine: {m['cpu']}, {m['cores']} usable cores; {flags}\n"
-            f"Plan {OBJECTIVE}, budget {BUDGET_S:g} s; {WARMUP_S:g} s warm-up + "
+            f"Plan {OBJECTIVE}{f' within accuracy {ACCURACY}' if ACCURACY else ''}, budget {BUDGET_S:g} s; "
+            f"{WARMUP_S:g} s warm-up + "
             f"{DURATION_S:g} s per measurement, median of {ROUNDS} round(s)\n\n")
     head = ["model", "C", "served inf/s", "in-process inf/s", "ort-kserve inf/s",
             "served / in-process", "served / ort", "served p50 ms", "served p99 ms",
@@ -395,7 +409,7 @@ def tables() -> str:
 
 def _write_json() -> None:
     if JSON_PATH:
-        data = {"machine": machine(), "objective": OBJECTIVE, "budget_s": BUDGET_S,
+        data = {"machine": machine(), "objective": OBJECTIVE, "accuracy": ACCURACY, "budget_s": BUDGET_S,
                 "duration_s": DURATION_S, "warmup_s": WARMUP_S, "rounds": ROUNDS,
                 "open_fraction": OPEN_FRACTION, "results": _rows, "open_loop": _open_rows}
         Path(JSON_PATH).write_text(json.dumps(data, indent=1))

@@ -241,6 +241,21 @@ def compiled_model(region: FusedNode, precision: str = "f32") -> Any:
     return compile_region(core(), region, compile_config(precision), str(SETTINGS["compiled_cache"]))
 
 
+def _direct_types(ports: Any) -> list[np.dtype] | None:
+    """The numpy dtypes of compiled model ``ports``, ``None`` unless all are plain numbers (a
+    boolean or string port goes through the binding's own conversion)."""
+    types = []
+    for port in ports:
+        try:
+            dtype = np.dtype(port.get_element_type().to_dtype())
+        except (RuntimeError, TypeError, ValueError):
+            return None
+        if dtype.kind not in "iuf":
+            return None
+        types.append(dtype)
+    return types
+
+
 #: held while an infer request is created and first run, by any region (see build_region)
 _FIRST_RUNS = threading.Lock()
 
@@ -263,6 +278,8 @@ def build_region(region: FusedNode):
 def build_compiled(region: FusedNode, precision: str = "f32", compile: Any = None):
     """:func:`build_region` with the inference precision hint ``precision``, or with the model
     ``compile(region)`` returns (a quantized one: :mod:`impls.openvino.reduced`)."""
+    from openvino import Tensor
+
     core().get_versions("CPU")  # the plugin loaded before the probe: its code is not the region's data
     probe = MemoryProbe().start()
     compiled = compile(region) if compile is not None else compiled_model(region, precision)
@@ -275,7 +292,23 @@ def build_compiled(region: FusedNode, precision: str = "f32", compile: Any = Non
         raise RuntimeError(f"OpenVINO compiled {len(compiled.inputs)} inputs and {len(compiled.outputs)} "
                            f"outputs for a region of {len(region.inputs)} and {len(region.outputs)}")
     dtypes = [np.dtype(v.dtype) for v in region.outputs]
+    # the request's tensors set directly where every port is of a plain numeric type (and the
+    # inputs writeable: OpenVINO shares no read-only memory): saves
+    # the binding's dispatch of a list of inputs (measured on a ResNet-50 int8 region, 20
+    # alternations of 15 runs in one process: 1.5% of its 11.8 ms; OpenVINO 2026.4)
+    direct = _direct_types(compiled.inputs), _direct_types(compiled.outputs)
     local = threading.local()
+
+    def infer(request: Any, feeds: list[np.ndarray]) -> list[np.ndarray]:
+        """One run; the outputs as arrays of the request's buffers (valid until its next run)."""
+        if direct[0] is not None and direct[1] is not None and all(
+                a.dtype == t and a.flags.writeable for a, t in zip(feeds, direct[0])):
+            for k, a in enumerate(feeds):
+                request.set_input_tensor(k, Tensor(a, shared_memory=True))
+            request.infer()
+            return [request.get_output_tensor(k).data for k in range(len(dtypes))]
+        results = request.infer(dict(enumerate(feeds)), share_inputs=True, share_outputs=True)
+        return [results[k] for k in range(len(dtypes))]
 
     def run(*arrays: np.ndarray) -> tuple[np.ndarray, ...]:
         # the first run is measured, its infer request's buffers included
@@ -288,14 +321,11 @@ def build_compiled(region: FusedNode, precision: str = "f32", compile: Any = Non
         with _FIRST_RUNS if request is None else contextlib.nullcontext():
             if request is None:
                 request = local.request = compiled.create_infer_request()
-            results = request.infer(feeds, share_inputs=True, share_outputs=False)
+            # copied out of the request's buffers, which its next run reuses
+            outs = [np.array(r, dtype=dtype) for r, dtype in zip(infer(request, feeds), dtypes)]
         if first is not None:
             grown = max(0, (first.stop() or 0) - out_bytes)
             run.library_bytes = created + grown  # type: ignore[attr-defined]
-        outs = []
-        for k, dtype in enumerate(dtypes):
-            out = np.asarray(results[k])
-            outs.append(out if out.dtype == dtype else out.astype(dtype))
         return tuple(outs)
 
     run.library_bytes = created  # type: ignore[attr-defined]
