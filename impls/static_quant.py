@@ -41,6 +41,10 @@ STATIC_OPS = ("Conv", "MatMul", "Gemm")
 CNN_EXTRA_OPS = ("Add", "MaxPool", "AveragePool")
 #: what calibration records ranges for: every recipe's tensors, so one calibration serves all
 CALIBRATED_OPS = STATIC_OPS + CNN_EXTRA_OPS
+#: the opset a region is converted to first when older: per-channel weights need DequantizeLinear's
+#: ``axis`` (opset 13); the tool does not convert (measured with onnxruntime 1.32 on an opset-9
+#: ResNet-50: it writes DequantizeLinear-11 with an axis, an invalid model)
+QDQ_OPSET = 13
 
 
 @dataclass(frozen=True)
@@ -74,12 +78,8 @@ def recipe_of(precision: dict[str, Any]) -> QdqRecipe:
     name = precision.get("qdq_recipe") or ("inputs" if precision.get("quantized_outputs") == "no"
                                            else "onnxruntime")
     if name not in RECIPES:
-        raise ValueError(f"unknown QDQ recipe {name!r:.40} in a plan step; known: {', '.join(RECIPES)}")
+        raise ValueError(f"unknown QDQ recipe {name!r:.40}; known: {', '.join(RECIPES)}")
     return RECIPES[name]
-#: the opset a region is converted to first when older: per-channel weights need DequantizeLinear's
-#: ``axis`` (opset 13); the tool does not convert (measured with onnxruntime 1.32 on an opset-9
-#: ResNet-50: it writes DequantizeLinear-11 with an axis, an invalid model)
-QDQ_OPSET = 13
 
 
 def tool_reason() -> str | None:
@@ -119,10 +119,8 @@ def quiet_root_logger() -> Iterator[None]:
 
 
 def _prepared(model: Any) -> Any:
-    """``model`` made ready for the tool: converted to opset 13 when older (per-channel
-    DequantizeLinear needs its ``axis``; the tool does not convert: measured with onnxruntime
-    1.32 on an opset-9 ResNet-50, it writes DequantizeLinear-11 with an axis, an invalid model),
-    2-input ``Sum`` nodes made ``Add`` (the same operation, which the tool can quantize: onnx's
+    """``model`` made ready for the tool: converted to :data:`QDQ_OPSET` when older, 2-input
+    ``Sum`` nodes made ``Add`` (the same operation, which the tool can quantize: onnx's
     ResNet-50 adds its residuals with ``Sum``) and nameless nodes named."""
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), QDQ_OPSET)
     if opset < QDQ_OPSET:
@@ -222,9 +220,7 @@ def qdq_model(region: FusedNode, recipe: str | None = None) -> Any:
     if not isinstance(calibration, dict):
         raise ValueError("a static int8 region needs its calibration (precision['calibration'] of its "
                          "plan step, written by accuracy tuning)")
-    if recipe is not None and recipe not in RECIPES:
-        raise ValueError(f"unknown QDQ recipe {recipe!r:.40}; known: {', '.join(RECIPES)}")
-    chosen = RECIPES[recipe] if recipe is not None else recipe_of(precision)
+    chosen = recipe_of(precision if recipe is None else {"qdq_recipe": recipe})
     with tempfile.TemporaryDirectory(prefix="opdispatch-int8-") as tmp:
         cache = Path(tmp) / "calibration.json"
         cache.write_text(json.dumps(calibration))

@@ -211,7 +211,8 @@ class ThroughputStage:
         # the fastest plan of each group (reduced precision, float32) first of all (always
         # measured: the baselines the report compares to, and a float32 plan to fall back on
         # when a reduced winner breaks its budget as served)
-        order = sorted(self.trials, key=lambda t: -1 if t in baselines
+        first = {id(t) for t in baselines}  # (by identity: a trial's fields hold whole plans)
+        order = sorted(self.trials, key=lambda t: -1 if id(t) in first
                        else _priority(t.config, self.cores))
         always = len(baselines)
         for k, trial in enumerate(order):

@@ -293,16 +293,15 @@ def build_compiled(region: FusedNode, precision: str = "f32", compile: Any = Non
                            f"outputs for a region of {len(region.inputs)} and {len(region.outputs)}")
     dtypes = [np.dtype(v.dtype) for v in region.outputs]
     # the request's tensors set directly where every port is of a plain numeric type (and the
-    # inputs writeable: OpenVINO shares no read-only memory): saves
-    # the binding's dispatch of a list of inputs (measured on a ResNet-50 int8 region, 20
-    # alternations of 15 runs in one process: 1.5% of its 11.8 ms; OpenVINO 2026.4)
-    direct = _direct_types(compiled.inputs), _direct_types(compiled.outputs)
+    # inputs writeable: OpenVINO shares no read-only memory): saves the binding's dispatch of a
+    # list of inputs (measured on a ResNet-50 int8 region, 20 alternations of 15 runs in one
+    # process: 1.5% of its 11.8 ms; OpenVINO 2026.4). The input dtypes, or None: never direct
+    direct = _direct_types(compiled.inputs) if _direct_types(compiled.outputs) is not None else None
     local = threading.local()
 
     def infer(request: Any, feeds: list[np.ndarray]) -> list[np.ndarray]:
         """One run; the outputs as arrays of the request's buffers (valid until its next run)."""
-        if direct[0] is not None and direct[1] is not None and all(
-                a.dtype == t and a.flags.writeable for a, t in zip(feeds, direct[0])):
+        if direct is not None and all(a.dtype == t and a.flags.writeable for a, t in zip(feeds, direct)):
             for k, a in enumerate(feeds):
                 request.set_input_tensor(k, Tensor(a, shared_memory=True))
             request.infer()
