@@ -42,7 +42,13 @@ names the served shape of models with symbolic inputs. ``OPDISPATCH_BENCH_SERVE_
 (e.g. ``cosine:0.999``) tunes, serves and runs the plan with that accuracy budget on the
 model's own samples (``--accuracy A --data D``: ``D`` is ``OPDISPATCH_BENCH_SERVE_DATA`` or
 else ``MODEL_data.npz`` beside the model, as bench/models/accuracy_models.py writes them),
-so that a plan in reduced precision is what is served. Skipped unless ``--benchmark-enable``,
+so that a plan in reduced precision is what is served. ``OPDISPATCH_BENCH_SERVE_BATCH=B`` (a
+model whose inputs start with a symbolic batch dimension: bench/models/symbolic_batch.py; its
+shapes at batch 1 in ``OPDISPATCH_BENCH_SERVE_SHAPES``) also tunes the plans of the batch sizes
+the server forms up to B (2, 4, ... and B, each with the same objective) and serves with
+``--max-batch-size B``: dynamic batching, which plain onnxruntime behind kserve and the
+in-process set-up (the same plan called from C threads, one request per run) do not do.
+Skipped unless ``--benchmark-enable``,
 and when onnxruntime, kserve or tritonclient's HTTP client is not installed.
 
     OPDISPATCH_BENCH_BUDGET=60 python -m pytest bench/test_bench_serve.py -q -s --benchmark-enable
@@ -108,6 +114,7 @@ OPEN_FRACTION = float(os.environ.get("OPDISPATCH_BENCH_SERVE_OPEN", "0.7"))
 OPEN_WORKERS = int(os.environ.get("OPDISPATCH_BENCH_SERVE_OPEN_WORKERS", "32"))
 ORT_THREADS = os.environ.get("OPDISPATCH_BENCH_SERVE_ORT_THREADS")
 SHAPES = _list("OPDISPATCH_BENCH_SERVE_SHAPES", "")
+BATCH = int(os.environ.get("OPDISPATCH_BENCH_SERVE_BATCH", "1"))
 ACCURACY = os.environ.get("OPDISPATCH_BENCH_SERVE_ACCURACY")
 DATA = os.environ.get("OPDISPATCH_BENCH_SERVE_DATA")
 JSON_PATH = os.environ.get("OPDISPATCH_BENCH_SERVE_JSON")
@@ -146,8 +153,29 @@ def _absent(name: str) -> str:
     return f"{name} is not exported: python bench/models/export.py {name}"
 
 
-def _shape_args() -> list[str]:
-    return [a for s in SHAPES for a in ("--shape", s)]
+def _shape_args(batch: int = 1) -> list[str]:
+    """``--shape NAME=DIMS`` of each served shape, at ``batch`` (its first dimension)."""
+    if batch == 1:
+        return [a for s in SHAPES for a in ("--shape", s)]
+    sized = []
+    for s in SHAPES:
+        name, _, dims = s.partition("=")
+        first, _, rest = dims.partition("x")
+        if first != "1":
+            raise pytest.UsageError(f"OPDISPATCH_BENCH_SERVE_SHAPES: {s} must start with 1 (the batch) "
+                                    f"for OPDISPATCH_BENCH_SERVE_BATCH={BATCH}")
+        sized += ["--shape", f"{name}={batch}" + (f"x{rest}" if rest else "")]
+    return sized
+
+
+def batch_sizes() -> list[int]:
+    """The batch sizes above 1 the server forms with ``--max-batch-size BATCH`` (those it
+    looks plans up for: :data:`tuner.serve.runner._PROBED_SIZES` below it, and it)."""
+    if BATCH <= 1:
+        return []
+    from tuner.serve.runner import _PROBED_SIZES
+
+    return sorted({*(s for s in _PROBED_SIZES if s < BATCH), BATCH})
 
 
 def _accuracy_args(path: str) -> list[str]:
@@ -158,19 +186,22 @@ def _accuracy_args(path: str) -> list[str]:
 
 
 def _tune(name: str, path: str) -> None:
-    """``opdispatch tune`` in a process of its own into the model's store; a failure is kept."""
-    cmd = [sys.executable, "-m", "tuner.cli", "tune", path, "--store", _stores[name],
-           "--objective", "throughput", "--concurrency", str(TUNE_N), "--budget", str(BUDGET_S),
-           "--no-progress", *_shape_args(), *_accuracy_args(path)]
-    limit = max(600.0, BUDGET_S * 10)
-    try:
-        out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=limit)
-    except subprocess.TimeoutExpired:
-        _tune_errors[name] = f"`{' '.join(cmd[1:])}` did not finish in {limit:.0f} s"
-        return
-    if out.returncode != 0:
-        _tune_errors[name] = (f"`{' '.join(cmd[1:])}` exited {out.returncode}: "
-                              + (out.stderr or out.stdout).strip()[-800:])
+    """``opdispatch tune`` in a process of its own into the model's store (at batch 1, then at
+    each of :func:`batch_sizes`); a failure is kept."""
+    for batch in [1, *batch_sizes()]:
+        cmd = [sys.executable, "-m", "tuner.cli", "tune", path, "--store", _stores[name],
+               "--objective", "throughput", "--concurrency", str(TUNE_N), "--budget", str(BUDGET_S),
+               "--no-progress", *_shape_args(batch), *_accuracy_args(path)]
+        limit = max(600.0, BUDGET_S * 10)
+        try:
+            out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=limit)
+        except subprocess.TimeoutExpired:
+            _tune_errors[name] = f"`{' '.join(cmd[1:])}` did not finish in {limit:.0f} s"
+            return
+        if out.returncode != 0:
+            _tune_errors[name] = (f"`{' '.join(cmd[1:])}` exited {out.returncode}: "
+                                  + (out.stderr or out.stdout).strip()[-800:])
+            return
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -292,6 +323,7 @@ def served_cmd(path: str) -> list[str]:
     """``opdispatch serve`` of the model's throughput plan, HTTP only, on loopback."""
     return [sys.executable, "-m", "tuner.cli", "serve", path, "--store", "{store}",
             "--objective", OBJECTIVE, "--grpc-port", "0", "--host", "127.0.0.1",
+            *(["--max-batch-size", str(BATCH)] if BATCH > 1 else []),
             *_shape_args(), *_accuracy_args(path)]
 
 
@@ -369,12 +401,13 @@ def tables() -> str:
                                                                    "amx_tile"))
     text = (f"Machine: {m['cpu']}, {m['cores']} usable cores; {flags}\n"
             f"Plan {OBJECTIVE}{f' within accuracy {ACCURACY}' if ACCURACY else ''}, budget {BUDGET_S:g} s; "
+            f"{f'served with dynamic batching up to {BATCH}; ' if BATCH > 1 else ''}"
             f"{WARMUP_S:g} s warm-up + "
             f"{DURATION_S:g} s per measurement, median of {ROUNDS} round(s)\n\n")
     head = ["model", "C", "served inf/s", "in-process inf/s", "ort-kserve inf/s",
             "served / in-process", "served / ort", "served p50 ms", "served p99 ms",
             "ort p50 ms", "ort p99 ms", "in-process p99 ms", "client CPU", "errors",
-            "served: requests at once"]
+            "served: requests at once", "served: batch sizes"]
     body = []
     for r in _rows:
         s = r["setups"]
@@ -385,7 +418,8 @@ def tables() -> str:
                      _fmt(s["ort-kserve"]["p50_ms"], 2), _fmt(s["ort-kserve"]["p99_ms"], 2),
                      _fmt(s["in-process"]["p99_ms"], 2), _fmt(s["served"]["client_cpu"], 2),
                      sum(s[x]["errors"] for x in SETUPS),
-                     (s["served"]["server"] or {}).get("concurrency", "-")])
+                     (s["served"]["server"] or {}).get("concurrency", "-"),
+                     ",".join(str(b) for b in (s["served"]["server"] or {}).get("batch_sizes") or [1])])
     if body:
         text += tabulate(body, head, tablefmt="github")
     if _open_rows:

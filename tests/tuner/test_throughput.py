@@ -178,6 +178,38 @@ def test_a_short_budget_leaves_out_the_least_likely_configurations_not_the_likel
     assert all(rank[stage.trials.index(t)] >= worst_measured for t in skipped)
 
 
+def test_with_one_request_in_flight_the_plan_is_chosen_on_its_validated_latency(monkeypatch):
+    """At concurrency 1 throughput is one over the latency: the stage chooses the plan the
+    latency objective would (the validation stage's interleaved timing), whatever one short load
+    window each said, and says so; at concurrency 2 the load windows decide. The measurements
+    are fakes (the thing under test is the rule, not the figures): the plan validated fastest
+    gets the lowest load figure."""
+    from tuner import throughput as tp
+    from tuner.load import LoadResult
+    from tuner.tune_types import PlanCandidate
+
+    sessions = {b: Session(small_cnn(), backends=[b], store=False) for b in ("onnxruntime", "numpy")}
+    plans = [PlanCandidate(b, s.plan, None) for b, s in sessions.items()]
+    plans[0].latency_ms, plans[1].latency_ms = 1.0, 3.0  # onnxruntime validated faster
+    graph = sessions["numpy"].graph
+    for n in (1, 2):
+        stage = tp.ThroughputStage(graph, None, {}, [], n, None, time.monotonic() + 60, None)
+
+        def fake_load(plan, config, window, _n=n):
+            rate = 50.0 if plan.steps == plans[0].plan.steps else 80.0  # the windows disagree
+            return LoadResult(_n, int(rate), 1.0, rate, 1.0, 1.0, 1.0, 1.0)
+
+        monkeypatch.setattr(stage, "_load", fake_load)
+        monkeypatch.setattr(tp, "CONFIRM", 0)
+        stage.measure(plans)
+        win = stage.choose(plans, _opts(concurrency=n))
+        if n == 1:
+            assert win is plans[0]
+            assert "chosen on its validated latency, 1.000 ms" in stage._why(win, stage.best_for(win), None)
+        else:
+            assert win is plans[1]
+
+
 def test_the_load_loop_counts_requests_and_errors():
     calls = []
     lock = threading.Lock()
