@@ -188,11 +188,11 @@ def _accuracy_args(path: str) -> list[str]:
 def _tune(name: str, path: str) -> None:
     """``opdispatch tune`` in a process of its own into the model's store (at batch 1, then at
     each of :func:`batch_sizes`); a failure is kept."""
+    limit = max(600.0, BUDGET_S * 10)
     for batch in [1, *batch_sizes()]:
         cmd = [sys.executable, "-m", "tuner.cli", "tune", path, "--store", _stores[name],
                "--objective", "throughput", "--concurrency", str(TUNE_N), "--budget", str(BUDGET_S),
                "--no-progress", *_shape_args(batch), *_accuracy_args(path)]
-        limit = max(600.0, BUDGET_S * 10)
         try:
             out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=limit)
         except subprocess.TimeoutExpired:

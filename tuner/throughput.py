@@ -301,8 +301,9 @@ class ThroughputStage:
         return max(mine, key=lambda t: t.result.throughput) if mine else None  # type: ignore[union-attr]
 
     def choose(self, plans: Sequence[PlanCandidate], opts: TuneOptions | None = None) -> PlanCandidate:
-        """The plan among ``plans`` whose best configuration has the highest throughput (the
-        ``choose`` of :func:`tuner.nonfinite.nonfinite_winner`); raises TuningError when none
+        """The plan among ``plans`` whose best configuration has the highest throughput (with one
+        request in flight: the one the latency objective would choose, :meth:`_by_latency`) —
+        the ``choose`` of :func:`tuner.nonfinite.nonfinite_winner`; raises TuningError when none
         has a valid configuration, naming the best p99 found when a bound ruled them out."""
         best = [(t, pc) for pc in plans if pc.error is None
                 for t in [self.best_for(pc)] if t is not None]

@@ -23,6 +23,8 @@ import numpy as np
 
 #: the symbolic name the first dimension gets
 BATCH = "batch"
+#: onnxruntime's names of the float types numpy spells otherwise
+_ORT_FLOATS = {"float": "float32", "double": "float64"}
 #: how far a batched output may be from the per-sample outputs (relative to their largest value)
 TOLERANCE = 1e-4
 
@@ -53,10 +55,12 @@ def _feeds(session, batch: int, seed: int = 0) -> dict[str, np.ndarray]:
     feeds = {}
     for i in session.get_inputs():
         shape = [batch if k == 0 else int(d) for k, d in enumerate(i.shape)]
-        if "int" in i.type:
-            feeds[i.name] = rng.integers(0, 100, shape).astype(np.int64)
+        name = i.type.removeprefix("tensor(").removesuffix(")")  # onnxruntime's "tensor(float)"
+        dtype = np.dtype(_ORT_FLOATS.get(name, name))
+        if dtype.kind in "iu":
+            feeds[i.name] = rng.integers(0, 100, shape).astype(dtype)
         else:
-            feeds[i.name] = rng.random(shape, dtype=np.float32)
+            feeds[i.name] = rng.random(shape).astype(dtype)
     return feeds
 
 
