@@ -91,15 +91,19 @@ class ServingConfig:
         return cls(**dict(data))
 
     def label(self) -> str:
-        """A short description, e.g. ``2 streams x 1 thread`` or ``OpenVINO throughput hint,
-        2 streams, 4 requests``."""
+        """A short description, e.g. ``2 streams x 1 thread``, ``1 executor shared by 4
+        requests, the configured threads, OpenVINO throughput hint with 2 streams`` or
+        ``2 streams x 1 thread, batches of 2``."""
         threads = "the configured threads" if self.threads == 0 else (
             f"{self.threads} thread{'s' if self.threads != 1 else ''}")
+        batch = f", batches of {self.batch}" if self.batch else ""
         if self.mode == "shared":
             hint = (f", OpenVINO throughput hint with {self.streams} streams" if self.streams > 1
                     else "")
-            return f"1 executor shared by {self.requests} requests, {threads}{hint}"
-        return f"{self.streams} stream{'s' if self.streams != 1 else ''} x {threads}"
+            if self.requests == 1:
+                return f"1 executor, 1 request at a time, {threads}{hint}{batch}"
+            return f"1 executor shared by {self.requests} requests, {threads}{hint}{batch}"
+        return f"{self.streams} stream{'s' if self.streams != 1 else ''} x {threads}{batch}"
 
     @property
     def concurrent(self) -> bool:

@@ -6,7 +6,9 @@ this stage takes the valid ones (the fastest first, distinct plans only, as many
 of the budget allows) and, for each, the serving configurations that can pay on this machine
 (:func:`serving_candidates`: the latency set-up called from N threads, independent streams
 splitting the cores, more streams than cores, one onnxruntime session whose requests each run
-on their caller's thread, OpenVINO's throughput hint with its own streams). Each is built as a
+on their caller's thread, OpenVINO's throughput hint with its own streams; for a model with a
+symbolic batch, the fastest float32 plan's requests grouped in batches too:
+:mod:`tuner.throughput_batch`). Each is built as a
 production process builds it (:func:`dispatch.stream_pool.build_executor`) and measured as a
 server runs it: N threads, each sending its next request when the last one returned
 (:func:`tuner.load.run_load`). A configuration over the p99 bound is rejected with its figure;
@@ -22,7 +24,7 @@ import gc
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -35,6 +37,15 @@ from dispatch.stream_pool import build_executor
 from impls.regions import usable_cores
 from tuner.load import LoadResult, run_load
 from tuner.measure import MODEL_TOLERANCE, check_outputs
+from tuner.throughput_batch import (
+    BatchedGraphs,
+    batch_sizes,
+    batched_call,
+    check_batched,
+    per_request,
+    plan_at_batch,
+    samples,
+)
 from tuner.tune_types import PlanCandidate, TuneOptions, TuningError
 from tuner.validate import _winner
 
@@ -179,8 +190,14 @@ class ThroughputStage:
 
     def __init__(self, graph: Graph, registry: Registry, feeds: Mapping[str, np.ndarray],
                  reference: Sequence[np.ndarray], concurrency: int, max_latency_ms: float | None,
-                 deadline: float, say: Callable[[str], None] | None = None) -> None:
+                 deadline: float, say: Callable[[str], None] | None = None,
+                 batched: BatchedGraphs | None = None) -> None:
         self.graph, self.registry = graph, registry
+        #: the model at other batch sizes (a model with a symbolic batch: tuner.throughput_batch)
+        self.batched = batched
+        self.batch_sizes = batch_sizes(graph, concurrency) if batched is not None else []
+        #: a winner run in batches: (batch, graph, plan) of its batched runs, stored beside it
+        self.batch_plan: tuple[int, Graph, Plan] | None = None
         self.feeds, self.reference = dict(feeds), list(reference)
         self.concurrency, self.max_latency_ms = concurrency, max_latency_ms
         self.deadline = deadline
@@ -200,7 +217,8 @@ class ThroughputStage:
         """Measure every configuration of the distinct valid ``plans`` that the budget allows,
         and of the ``reduced``-precision plans an accuracy objective found within its budget
         (:meth:`tuner.accuracy.stage.AccuracyStage.within_budget`: the fastest
-        :data:`MAX_REDUCED` of them, first)."""
+        :data:`MAX_REDUCED` of them, first); then, for a model with a symbolic batch, the best
+        float32 plan's requests grouped in batches."""
         baselines: list[ServingTrial] = []
         for group in (_contenders(reduced, MAX_REDUCED), _contenders(plans, MAX_PLANS)):
             for j, pc in enumerate(group):
@@ -215,7 +233,26 @@ class ThroughputStage:
         first = {id(t) for t in baselines}  # (by identity: a trial's fields hold whole plans)
         order = sorted(self.trials, key=lambda t: -1 if id(t) in first
                        else _priority(t.config, self.cores))
-        always = len(baselines)
+        batches = [b for b in self.batch_sizes if plans]
+        later = sum(len(serving_candidates(plans[0].plan, self.concurrency // b, self.cores))
+                    for b in batches)
+        self._run(order, len(baselines), later)
+        # the best float32 plan's requests grouped in batches (tuner.throughput_batch), on the
+        # configurations that fit N / batch groups in flight
+        best = max((t for t in self._valid() if _float32(t.plan.plan)),
+                   key=lambda t: t.result.throughput, default=None)  # type: ignore[union-attr]
+        if best is not None and batches:
+            extra = [ServingTrial(best.plan, replace(c, concurrency=self.concurrency, batch=b))
+                     for b in batches
+                     for c in serving_candidates(best.plan.plan, self.concurrency // b, self.cores)]
+            self.trials += extra
+            self._run(sorted(extra, key=lambda t: _priority(t.config, self.cores)), 0, 0)
+        self._confirm()
+
+    def _run(self, order: Sequence[ServingTrial], always: int, later: int) -> None:
+        """Measure the trials of ``order`` in that order while the budget allows (the first
+        ``always`` of them whatever it allows), sharing the time as if ``later`` more trials
+        were to follow."""
         for k, trial in enumerate(order):
             left = self.deadline - self._reserve() - time.monotonic()
             # how many trials the time left still holds at the shortest window, the confirmation
@@ -227,7 +264,8 @@ class ThroughputStage:
                 trial.error = BUDGET_SKIP
                 continue
             # the trials that will run and the confirmation round share what is left, less their builds
-            per = left / (min(len(order) - k, max(1, fit)) + CONFIRM) - WARMUP_S - self._build_s
+            per = (left / (min(len(order) - k + later, max(1, fit)) + CONFIRM)
+                   - WARMUP_S - self._build_s)
             window = min(WINDOW_S, max(MIN_WINDOW_S, per))
             self.say(f"throughput: {trial.plan.label}, {trial.config.label()} ({window:.1f} s)")
             try:
@@ -242,7 +280,6 @@ class ThroughputStage:
             elif self.max_latency_ms is not None and trial.result.p99_ms > self.max_latency_ms:
                 trial.error = (f"p99 {trial.result.p99_ms:.2f} ms over the bound of "
                                f"{self.max_latency_ms:g} ms")
-        self._confirm()
 
     @property
     def _build_s(self) -> float:
@@ -285,12 +322,28 @@ class ThroughputStage:
 
     def _load(self, plan: Plan, config: ServingConfig, window: float) -> LoadResult:
         t0 = time.monotonic()
-        executor = build_executor(self.graph, _with_serving(plan, config), self.registry)
-        runner = executor.streams or executor
-        feeds = self.feeds
-        runner.run(feeds)  # built and run once before the clock (first-run allocations)
+        call, threads = self._caller(plan, config)
+        call()  # built and run once before the clock (first-run allocations)
         self._builds.append(time.monotonic() - t0)
-        return run_load(lambda _k: runner.run(feeds), self.concurrency, window, warmup_s=WARMUP_S)
+        result = run_load(lambda _k: call(), threads, window, warmup_s=WARMUP_S)
+        return per_request(result, config.batch, self.concurrency) if config.batch else result
+
+    def _caller(self, plan: Plan, config: ServingConfig) -> tuple[Callable[[], Any], int]:
+        """One request of ``plan`` served with ``config`` (built here), and how many threads
+        keep the concurrency: a batch size groups that many distinct samples into each call
+        (:mod:`tuner.throughput_batch`), run on the plan at that batch size."""
+        if not config.batch:
+            executor = build_executor(self.graph, _with_serving(plan, config), self.registry)
+            runner = executor.streams or executor
+            feeds = self.feeds
+            return (lambda: runner.run(feeds)), self.concurrency
+        assert self.batched is not None
+        graph = self.batched.at(config.batch)
+        executor = build_executor(graph, _with_serving(plan_at_batch(plan, graph, self.registry), config),
+                                  self.registry)
+        batch_runner = executor.streams or executor
+        group = samples(self.feeds, config.batch)
+        return (lambda: batched_call(batch_runner.run, group)), self.concurrency // config.batch
 
     def _valid(self) -> list[ServingTrial]:
         return [t for t in self.trials if t.error is None and t.result is not None]
@@ -351,8 +404,13 @@ class ThroughputStage:
             self.final = self._validate_under_load(plan, f"{win.label} with {trial.config.label()}")
         finally:
             gc.collect()
+        if trial.config.batch:
+            assert self.batched is not None
+            graph = self.batched.at(trial.config.batch)
+            self.batch_plan = (trial.config.batch, graph, plan_at_batch(plan, graph, self.registry))
         latency_setup = next((t for t in self.trials if t.plan is win and t.config.mode == "shared"
-                              and t.config.streams == 1 and t.config.threads == 0 and t.result), None)
+                              and t.config.streams == 1 and t.config.threads == 0
+                              and not t.config.batch and t.result), None)
         self.note = self._why(win, trial, latency_setup)
         plan.provenance = dict(plan.provenance, throughput={
             "concurrency": self.concurrency, "max_latency_ms": self.max_latency_ms,
@@ -361,32 +419,42 @@ class ThroughputStage:
         return plan
 
     def _validate_under_load(self, plan: Plan, what: str) -> LoadResult:
-        executor = build_executor(self.graph, plan, self.registry)
-        runner = executor.streams or executor
-        # a reduced-precision plan's accuracy was measured on the user's samples: here its
-        # concurrent runs must give what one run alone gives
-        reference = self.reference if _float32(plan) else [
-            np.array(o, copy=True) for o in runner.run(self.feeds)]
-        wrong = self._check_concurrent(runner, reference)
+        config = plan.serving_config()
+        assert config is not None
+        call, threads = self._caller(plan, config)
+
+        def agrees(got: Sequence[np.ndarray], want: Sequence[np.ndarray]) -> str | None:
+            return check_outputs(got, want, [], tol=MODEL_TOLERANCE)
+
+        if config.batch:  # each request of a batch against the batch-1 plan run on it alone
+            alone = build_executor(self.graph, _with_serving(plan, ServingConfig()), self.registry)
+            want = [[np.array(o, copy=True) for o in alone.run(f)]
+                    for f in samples(self.feeds, config.batch)]
+            wrong = self._check_concurrent(call, threads, lambda got: check_batched(got, want, agrees))
+        else:
+            # a reduced-precision plan's accuracy was measured on the user's samples: here its
+            # concurrent runs must give what one run alone gives
+            reference = self.reference if _float32(plan) else [np.array(o, copy=True) for o in call()]
+            wrong = self._check_concurrent(call, threads, lambda got: agrees(got, reference))
         if wrong:
             raise TuningError(f"{what} gave wrong outputs under {self.concurrency} concurrent "
                               f"requests: {wrong}")
-        return run_load(lambda _k: runner.run(self.feeds), self.concurrency, FINAL_WINDOW_S,
-                        warmup_s=WARMUP_S)
+        result = run_load(lambda _k: call(), threads, FINAL_WINDOW_S, warmup_s=WARMUP_S)
+        return per_request(result, config.batch, self.concurrency) if config.batch else result
 
-    def _check_concurrent(self, runner: Any, reference: Sequence[np.ndarray]) -> str | None:
-        """Every output of ``VALIDATE_RUNS`` runs from each of the N threads at once against
-        ``reference``, or what differed."""
+    def _check_concurrent(self, call: Callable[[], Any], threads: int,
+                          check: Callable[[Any], str | None]) -> str | None:
+        """``check`` of every result of ``VALIDATE_RUNS`` calls from each of ``threads``
+        threads at once, or what the first wrong one said."""
         problems: list[str] = []
         lock = threading.Lock()
-        start = threading.Barrier(self.concurrency)
+        start = threading.Barrier(threads)
 
         def worker() -> None:
             start.wait()
             for _ in range(VALIDATE_RUNS):
                 try:
-                    wrong = check_outputs(runner.run(self.feeds), reference, [],
-                                          tol=MODEL_TOLERANCE)
+                    wrong = check(call())
                 except Exception as exc:
                     wrong = f"{type(exc).__name__}: {exc}"
                 if wrong:
@@ -394,10 +462,10 @@ class ThroughputStage:
                         problems.append(wrong)
                     return
 
-        threads = [threading.Thread(target=worker, daemon=True) for _ in range(self.concurrency)]
-        for t in threads:
+        workers = [threading.Thread(target=worker, daemon=True) for _ in range(threads)]
+        for t in workers:
             t.start()
-        for t in threads:
+        for t in workers:
             t.join()
         return problems[0] if problems else None
 

@@ -87,6 +87,7 @@ from tuner.optimize import Choice, Problem, Solution, evaluate, optimize
 from tuner.store import PlanStore
 from tuner.store.guarded import GuardedStore
 from tuner.throughput import MAX_REDUCED, ThroughputStage, throughput_share
+from tuner.throughput_batch import BatchedGraphs
 from tuner.tune_measure import _conversion_costs, _measure_all
 from tuner.tune_types import NOISY_SPREAD, PlanCandidate, TuneOptions, TuneResult, TuningError
 from tuner.tuning_inputs import captured_values, checked_inputs, reference_outputs
@@ -328,7 +329,8 @@ def tune(
                            model_file=(os.path.abspath(model)
                                        if isinstance(model, str | os.PathLike) else None),
                            throughput=None if target is None else (*target, t_start + full_budget_s),
-                           accuracy=accuracy)
+                           accuracy=accuracy, batched=None if target is None else BatchedGraphs(
+                               graph, lambda shapes: load_graph(model, registry, backends, shapes)))
         except KeyboardInterrupt:
             store.finish_run(run_id, "interrupted", {"elapsed_s": time.monotonic() - t_start})
             raise
@@ -360,6 +362,7 @@ def _tune(
     model_file: str | None = None,
     throughput: tuple[int, float | None, float] | None = None,
     accuracy: tuple[AccuracyObjective, AccuracyData, float] | None = None,
+    batched: BatchedGraphs | None = None,
 ) -> TuneResult:
     untuned = heuristic_plan(graph, registry, backends)
     # the untuned plan and each backend's own untuned plan (the backend first, numpy for what
@@ -486,7 +489,7 @@ def _tune(
             stage_s["accuracy_s"] = time.monotonic() - t_stage
         t_stage = time.monotonic()
         serving = ThroughputStage(graph, registry, feeds, reference, throughput[0], throughput[1],
-                                  throughput[2], say)
+                                  throughput[2], say, batched=batched)
         if precision is not None:  # the winner's check on the held-out samples, as served
             serving.extra_reserve_s = precision.served_check_s(reduced[:MAX_REDUCED])
         serving.measure(plans, reduced)
@@ -557,4 +560,9 @@ def _tune(
     plan_id = store.put_plan(key, win.plan.to_json(), latency_ms=win.latency_ms,
                              peak_bytes=win.peak_bytes, run_id=run_id,
                              notes={"winner": win.label, "stats": stats})
+    if serving is not None and serving.batch_plan is not None:  # what its batched runs load
+        batch, graph_b, plan_b = serving.batch_plan
+        store.put_plan(plan_key(graph_b, registry, backends, key.objective), plan_b.to_json(),
+                       latency_ms=serving.final.p50_ms if serving.final else None, run_id=run_id,
+                       notes={"winner": f"{win.label}, batches of {batch}", "batch_of": plan_id})
     return TuneResult(win.plan, key, plan_id, float(win.latency_ms), int(win.peak_bytes), plans, stats)

@@ -137,7 +137,8 @@ def add_parser(sub: Any) -> None:
     q.add_argument("--shape", action="append", metavar="NAME=1x128",
                    help="input shape served at batch 1, for models with symbolic dimensions")
     q.add_argument("--max-batch-size", type=int, default=None,
-                   help="dynamic batching: group up to this many batch-1 requests (default 1: off)")
+                   help="dynamic batching: group up to this many batch-1 requests (default: the batch "
+                        "size the plan was tuned with, else 1: off)")
     q.add_argument("--max-queue-delay-ms", type=float, default=None,
                    help="how long a request waits for others to batch with (default 2)")
     q.add_argument("--max-queue", type=int, default=None,

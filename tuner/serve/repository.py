@@ -53,8 +53,9 @@ class ServeSettings:
             none. Its plan must be stored for them (unless ``allow_untuned``).
         max_batch_size: dynamic batching: requests of batch 1 with the same shapes are
             grouped up to this many into one run (only sizes with a stored plan are formed;
-            ``1``: no batching). Only for models whose inputs share a symbolic first
-            dimension.
+            ``1``: no batching; ``None``: the batch size the plan was tuned with, its
+            serving configuration's ``batch``, else no batching). Only for models whose
+            inputs share a symbolic first dimension.
         max_queue_delay_ms: how long the first request of a group waits for others.
         max_queue: requests admitted at once (waiting and running); one more is refused
             (HTTP 503 / gRPC UNAVAILABLE) instead of growing the queue without bound.
@@ -70,7 +71,7 @@ class ServeSettings:
     objective: str = "latency"
     allow_untuned: bool = False
     shapes: Mapping[str, Sequence[int]] = field(default_factory=dict)
-    max_batch_size: int = 1
+    max_batch_size: int | None = None
     max_queue_delay_ms: float = 2.0
     max_queue: int = 64
     tune_budget_s: float | None = None
@@ -94,6 +95,8 @@ class ServeSettings:
                                 f"{self.allow_untuned!r}")
         for key, minimum in (("max_batch_size", 1), ("max_queue", 1)):
             value = getattr(self, key)
+            if key == "max_batch_size" and value is None:
+                continue
             if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
                 raise ArgumentError(f"{where}: {key} must be an integer >= {minimum}, "
                                     f"received {value!r}")

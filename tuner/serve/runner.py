@@ -180,10 +180,12 @@ class ModelRunner:
             "concurrency": self.workers,
         }
         sizes = [1]
-        if (settings.max_batch_size > 1 and batch_dimension(self.session.declared) is not None
+        limit = settings.max_batch_size  # None: the batch size the plan was tuned with
+        if limit is None:
+            limit = (config.batch if config is not None else None) or 1
+        if (limit > 1 and batch_dimension(self.session.declared) is not None
                 and all(s[0] == 1 for s in base.values())):
-            for size in sorted({*(s for s in _PROBED_SIZES if s < settings.max_batch_size),
-                                settings.max_batch_size}):
+            for size in sorted({*(s for s in _PROBED_SIZES if s < limit), limit}):
                 shapes = {k: (size, *v[1:]) for k, v in base.items()}
                 try:
                     sized = self.session.for_shapes(shapes)
