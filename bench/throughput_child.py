@@ -5,8 +5,12 @@ workers) is alive while it is timed.
     python bench/throughput_child.py MODEL SETUP CONCURRENCY DURATION_S STORE [WARMUP_S]
 
 SETUP is ``tuned-throughput`` (``dispatch.Session(MODEL, store=STORE,
-objective="throughput@n=CONCURRENCY", require_plan=True)`` run from CONCURRENCY threads),
-``tuned-latency`` (the same with ``objective="latency"``) or one of the plain library set-ups
+objective="throughput@n=CONCURRENCY", require_plan=True)`` run from CONCURRENCY threads; a plan
+tuned to run requests in batches of B, from CONCURRENCY / B threads each sending B requests
+through ``Session.run_batch``: :func:`tuner.throughput_batch.session_load`),
+``tuned-latency`` (the same with ``objective="latency"``), ``tuned-batched`` (as
+``tuned-throughput``, for a MODEL with a symbolic batch whose plan is stored for batch 1) or
+one of the plain library set-ups
 of :data:`tuner.library_load.SETUPS`. Every set-up gets the same seeded inputs
 (:func:`tuner.library_load.random_feeds`). Prints one JSON line: ``LoadResult.to_dict()`` with
 ``setup`` added and, for the tuned set-ups, ``plan`` (the backends the plan runs and how many
@@ -23,14 +27,15 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 #: the dispatcher's set-ups: name -> the objective of the stored plan ({n}: the concurrency)
-TUNED = {"tuned-throughput": "throughput@n={n}", "tuned-latency": "latency"}
+TUNED = {"tuned-throughput": "throughput@n={n}", "tuned-latency": "latency",
+         "tuned-batched": "throughput@n={n}"}
 
 
 def measure(model: str, setup: str, concurrency: int, duration_s: float, store: str,
             warmup_s: float = 0.5) -> dict:
     """Build ``setup`` for ``model``, time it under load and return the result as a dict."""
     from tuner.library_load import SETUPS, measure_library, random_feeds
-    from tuner.load import run_load
+    from tuner.throughput_batch import session_load
 
     feeds = random_feeds(model)
     if setup not in TUNED:
@@ -40,8 +45,12 @@ def measure(model: str, setup: str, concurrency: int, duration_s: float, store: 
         return {"setup": setup, **result.to_dict()}
     from dispatch import Session
 
-    sess = Session(model, store=store, objective=TUNED[setup].format(n=concurrency), require_plan=True)
-    result = run_load(lambda k: sess.run(None, feeds), concurrency, duration_s, warmup_s=warmup_s)
+    # tuned-batched: a model with a symbolic batch, its plan stored for batch 1 (the feeds' shapes)
+    shapes = {n: list(a.shape) for n, a in feeds.items()} if setup == "tuned-batched" else None
+    sess = Session(model, store=store, objective=TUNED[setup].format(n=concurrency), require_plan=True,
+                   input_shapes=shapes)
+    # from N threads; a plan tuned to run requests in batches, in batches (tuner.throughput_batch)
+    result = session_load(sess, feeds, concurrency, duration_s, warmup_s=warmup_s)
     serving = getattr(sess.plan, "serving_config", lambda: None)()
     return {"setup": setup, **result.to_dict(), "plan": sess.plan.backends_used(),
             "serving": serving.label() if serving is not None else None, "plan_note": sess.plan_note}

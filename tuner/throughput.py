@@ -234,11 +234,15 @@ class ThroughputStage:
         order = sorted(self.trials, key=lambda t: -1 if id(t) in first
                        else _priority(t.config, self.cores))
         batches = [b for b in self.batch_sizes if plans]
+        # the baselines and the likeliest configurations first, then the best float32 plan's
+        # requests grouped in batches (tuner.throughput_batch) on the configurations that fit
+        # N / batch groups in flight, then the rest: a short budget leaves out the least likely
+        likeliest = [t for t in order if id(t) in first or _priority(t.config, self.cores) == 0]
+        taken = {id(t) for t in likeliest}
+        rest = [t for t in order if id(t) not in taken]
         later = sum(len(serving_candidates(plans[0].plan, self.concurrency // b, self.cores))
                     for b in batches)
-        self._run(order, len(baselines), later)
-        # the best float32 plan's requests grouped in batches (tuner.throughput_batch), on the
-        # configurations that fit N / batch groups in flight
+        self._run(likeliest, len(baselines), later + len(rest))
         best = max((t for t in self._valid() if _float32(t.plan.plan)),
                    key=lambda t: t.result.throughput, default=None)  # type: ignore[union-attr]
         if best is not None and batches:
@@ -246,7 +250,8 @@ class ThroughputStage:
                      for b in batches
                      for c in serving_candidates(best.plan.plan, self.concurrency // b, self.cores)]
             self.trials += extra
-            self._run(sorted(extra, key=lambda t: _priority(t.config, self.cores)), 0, 0)
+            self._run(sorted(extra, key=lambda t: _priority(t.config, self.cores)), 0, len(rest))
+        self._run(rest, 0, 0)
         self._confirm()
 
     def _run(self, order: Sequence[ServingTrial], always: int, later: int) -> None:

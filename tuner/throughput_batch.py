@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
@@ -34,7 +35,7 @@ from dispatch.plan_assembly import order_steps, plan_conversions
 from dispatch.plan_check import validate_plan
 from dispatch.registry import Registry
 from dispatch.session_batch import batch_dimension
-from tuner.load import LoadResult
+from tuner.load import LoadResult, run_load
 
 #: the batch sizes measured (those dividing the concurrency)
 BATCH_SIZES = (2, 4, 8, 16)
@@ -129,3 +130,28 @@ def check_batched(got: Sequence[Sequence[np.ndarray]], want: Sequence[Sequence[n
         if wrong:
             return f"request {k} of a batch of {len(got)}: {wrong}"
     return None
+
+
+def session_load(sess: Any, feeds: Feeds, concurrency: int, duration_s: float, *,
+                 warmup_s: float = 0.5) -> LoadResult:
+    """``sess`` (a :class:`dispatch.session.Session`) under load as a server runs its plan:
+    ``concurrency`` threads each sending ``feeds``; for a plan tuned to run requests in batches
+    of ``b`` (its serving configuration's ``batch``, dividing ``concurrency``), ``concurrency /
+    b`` callers each sending a batch of ``b`` distinct requests (:func:`samples`) through
+    :meth:`~dispatch.session.Session.run_batch`, as a server's batcher does, counted per
+    request. A request that fails raises (the load loop counts it)."""
+    serving = sess.plan.serving_config()
+    batch = serving.batch if serving is not None and serving.batch else 1
+    if batch == 1 or concurrency % batch:
+        sess.run(None, feeds)
+        return run_load(lambda _k: sess.run(None, feeds), concurrency, duration_s, warmup_s=warmup_s)
+    group = samples(feeds, batch)
+
+    def call() -> None:
+        for got in sess.run_batch(group):
+            if isinstance(got, Exception):
+                raise got
+
+    call()
+    return per_request(run_load(lambda _k: call(), concurrency // batch, duration_s,
+                                warmup_s=warmup_s), batch, concurrency)

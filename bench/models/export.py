@@ -52,6 +52,10 @@ class ModelSpec:
     constant_inputs: tuple[tuple[str, str], ...] = ()
     #: arguments of the config class (empty: its defaults)
     config_kwargs: tuple[tuple[str, object], ...] = ()
+    #: also write ``NAME.batch.onnx``: the same model exported with a symbolic ``batch`` first
+    #: dimension on every input and output (``dynamic_axes``), as a user who serves it with a
+    #: batcher exports it (the throughput bench's batched set-up)
+    batch_copy: bool = False
 
 
 _TOKENS = {"input_ids": ((1, SEQ), "int64")}
@@ -84,6 +88,12 @@ MODELS: dict[str, ModelSpec] = {m.name: m for m in (
             "384, 12 heads, intermediate 1536, vocab 30522), sequence 128",
             config_kwargs=(("vocab_size", 30522), ("hidden_size", 384), ("num_hidden_layers", 6),
                            ("num_attention_heads", 12), ("intermediate_size", 1536))),
+    # a short-query encoder: at sequence 8 each inference reads every weight for 8 tokens
+    # only, so grouping requests in batches pays (tuner.throughput_batch; bench/README.md)
+    ModelSpec("distilbert_s8", "DistilBertModel, DistilBertConfig() defaults (distilbert-base: 6 "
+              "layers, hidden 768, 12 heads), sequence 8", ("DistilBertModel", "DistilBertConfig"),
+              {"input_ids": ((1, 8), "int64"), "attention_mask": ((1, 8), "int64")},
+              ("last_hidden_state",), batch_copy=True),
     ModelSpec("vit", "ViTModel, ViTConfig() defaults (ViT-B/16: 12 layers, hidden 768), 224x224",
               ("ViTModel", "ViTConfig"), {"pixel_values": (IMAGE, "float32")}, ("last_hidden_state",)),
     ModelSpec("convnext", "ConvNextModel, ConvNextConfig() defaults (ConvNeXt-tiny), 224x224",
@@ -186,30 +196,38 @@ def build(spec: ModelSpec):
 
 def export(name: str, out: str | os.PathLike | None = None, *, force: bool = False,
            log: Callable[[str], None] = print) -> Path:
-    """Write ``NAME.onnx`` into :func:`model_dir` (skipped when it exists, unless ``force``);
-    returns its path."""
-    import torch
-
+    """Write ``NAME.onnx`` (and ``NAME.batch.onnx`` for a spec with ``batch_copy``) into
+    :func:`model_dir` (each skipped when it exists, unless ``force``); returns the first one's
+    path."""
     spec = MODELS[name]
     folder = model_dir(out)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{name}.onnx"
-    if path.exists() and not force:
-        log(f"{name}: {path} exists, skipped")
-        return path
-    t0 = time.monotonic()
+    for target, batch in ((path, False), *(((folder / f"{name}.batch.onnx", True),) if spec.batch_copy else ())):
+        if target.exists() and not force:
+            log(f"{name}: {target} exists, skipped")
+            continue
+        t0 = time.monotonic()
+        _write(spec, target, symbolic_batch=batch)
+        log(f"{name}: wrote {target} ({target.stat().st_size / 1e6:.1f} MB, {time.monotonic() - t0:.1f} s)")
+    return path
+
+
+def _write(spec: ModelSpec, path: Path, symbolic_batch: bool = False) -> None:
+    import torch
+
     module = build(spec)
     tmp = path.with_suffix(".onnx.tmp")
+    names = [*spec.inputs, *spec.outputs]
     with torch.no_grad(), warnings.catch_warnings():
         # the TorchScript exporter's deprecation notice and transformers' tracer warnings
         # (shapes become constants, which is intended: static shapes)
         warnings.simplefilter("ignore")
         torch.onnx.export(module, tuple(_random_inputs(spec).values()), str(tmp), dynamo=False, opset_version=OPSET,
                           input_names=list(spec.inputs), output_names=list(spec.outputs),
-                          do_constant_folding=True, external_data=False)
+                          do_constant_folding=True, external_data=False,
+                          dynamic_axes={n: {0: "batch"} for n in names} if symbolic_batch else None)
     os.replace(tmp, path)
-    log(f"{name}: wrote {path} ({path.stat().st_size / 1e6:.1f} MB, {time.monotonic() - t0:.1f} s)")
-    return path
 
 
 def main(argv: Sequence[str] | None = None) -> int:

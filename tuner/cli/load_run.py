@@ -91,35 +91,16 @@ def run_library(args: argparse.Namespace, given: Mapping[str, np.ndarray]) -> in
 
 
 def run_plan(args: argparse.Namespace, sess: Any, feeds: Mapping[str, np.ndarray], note: str) -> int:
-    """``--concurrency N``: the session's plan under load, from N threads."""
-    from tuner.load import run_load
+    """``--concurrency N``: the session's plan under load, from N threads (a plan tuned to
+    run requests in batches: in batches, :func:`tuner.throughput_batch.session_load`)."""
+    from tuner.throughput_batch import session_load
 
     human = sys.stderr if args.json == "-" else sys.stdout
     print(sess.describe(), file=human)
     if note:
         print(note, file=human)
+    result = session_load(sess, feeds, args.concurrency, window(args), warmup_s=0.5)
     serving = sess.plan.serving_config()
-    batch = serving.batch if serving is not None and serving.batch else 1
-    if batch > 1 and args.concurrency % batch == 0:
-        # a plan tuned to run its requests in batches: N / b callers, each a batch of b
-        # distinct requests, grouped and split as a server's batcher does (Session.run_batch)
-        from tuner.load import LoadResult
-        from tuner.throughput_batch import per_request, samples
-
-        group = samples(feeds, batch)
-
-        def call() -> None:
-            for got in sess.run_batch(group):
-                if isinstance(got, Exception):
-                    raise got
-
-        call()
-        result: LoadResult = per_request(run_load(lambda _k: call(), args.concurrency // batch,
-                                                  window(args), warmup_s=0.5), batch, args.concurrency)
-    else:
-        sess.run(None, feeds)
-        result = run_load(lambda _k: sess.run(None, feeds), args.concurrency, window(args),
-                          warmup_s=0.5)
     how = serving.label() if serving is not None else "one executor, called from every thread"
     return _report(args, f"plan ({sess.plan_source}, objective {sess.objective}): {how}", result)
 
