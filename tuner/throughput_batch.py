@@ -93,8 +93,7 @@ def batched_call(run: Callable[[Feeds], Sequence[np.ndarray]], group: Sequence[F
     output split back per request (see :meth:`dispatch.session.Session.run_batch`)."""
     joined = {n: np.concatenate([g[n] for g in group]) for n in group[0]}
     outs = run(joined)
-    bounds = np.cumsum([1] * len(group))[:-1]
-    split = [np.split(np.asarray(o), bounds) for o in outs]
+    split = [np.split(np.asarray(o), len(group)) for o in outs]  # every request is batch 1
     return [[s[k] for s in split] for k in range(len(group))]
 
 
