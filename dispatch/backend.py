@@ -570,6 +570,7 @@ def load_registry(
     it is needed, or writes that manifest (:mod:`dispatch.backend_manifest`)."""
     from dispatch import backend_manifest
     from dispatch.registry import Registry
+    from layouts.precision import register_precision_layouts
     from layouts.registry import LayoutRegistry
     from layouts.standard import standard_layout
 
@@ -579,6 +580,7 @@ def load_registry(
         return _REGISTRIES[key]
     registry = Registry(layouts=LayoutRegistry())
     registry.layouts.add_layout(standard_layout())
+    register_precision_layouts(registry.layouts)
     ctx = backend_manifest.context(plugin_path, ranked_by) if manifest_dir is not None else ""
     manifest = backend_manifest.read(manifest_dir, ctx) if manifest_dir is not None else None
     before = set(sys.modules)

@@ -230,10 +230,10 @@ class Executor:
                     expect.append((None, np.dtype(v.dtype)))
                     continue
                 layout = registry.layouts.layout(lay)
-                phys = layout.stored_shape(v.shape)
-                nbytes = int(np.prod(phys, dtype=np.int64)) * v.dtype.itemsize
+                phys, stored = layout.stored_shape(v.shape), layout.stored_type(v.dtype)
+                nbytes = int(np.prod(phys, dtype=np.int64)) * stored.itemsize
                 outs.append(self._slot(v.name, lay, nbytes))
-                expect.append((tuple(phys), np.dtype(v.dtype)))
+                expect.append((tuple(phys), stored))
             try:
                 fn = impl.build(node)
             except Exception as exc:
@@ -282,8 +282,8 @@ class Executor:
                 return x
 
         layout = registry.layouts.layout(dst)
-        phys = layout.stored_shape(shape)
-        nbytes = int(np.prod(phys, dtype=np.int64)) * v.dtype.itemsize
+        phys, stored = layout.stored_shape(shape), layout.stored_type(v.dtype)
+        nbytes = int(np.prod(phys, dtype=np.int64)) * stored.itemsize
         out = self._slot(value, dst, nbytes)
         self.calls.append(
             Call(
@@ -294,7 +294,7 @@ class Executor:
                 (out,),
                 " > ".join(c.name for c in chain),
                 chain[0].backend,
-                ((tuple(phys), np.dtype(v.dtype)),),
+                ((tuple(phys), stored),),
             )
         )
         emitted.add((value, dst))

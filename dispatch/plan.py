@@ -129,6 +129,14 @@ class Plan:
                     counts[dtype] = counts.get(dtype, 0) + n
         return counts
 
+    def precision_boundaries(self) -> list[str]:
+        """The conversions into or out of a reduced-precision layout (:mod:`layouts.precision`),
+        as ``value src->dst``: where the plan changes a tensor's precision between steps."""
+        from layouts.precision import PRECISION_LAYOUTS
+
+        return [f"{c.value} {c.src}->{c.dst}" for c in self.conversions
+                if c.src in PRECISION_LAYOUTS or c.dst in PRECISION_LAYOUTS]
+
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent, sort_keys=False)
 
@@ -239,6 +247,9 @@ class Plan:
         precisions = self.precisions()
         if set(precisions) != {"float32"}:
             table += "\nprecision: " + ", ".join(f"{p} {n} node(s)" for p, n in precisions.items())
+            boundaries = self.precision_boundaries()
+            if boundaries:
+                table += "; converted at the edges: " + ", ".join(boundaries)
             held = (self.provenance.get("accuracy") or {}).get("held_out") or {}
             acc = self.provenance.get("accuracy") or {}
             if held:

@@ -32,9 +32,15 @@ def layout_reason(registry: Registry, impl: Implementation, node: Node) -> str |
                 return f"layout {lay!r} is not registered (known: {known(registry.layouts.layouts)})"
             if v.shape is None:
                 return f"{v.name} has no static shape"
-            reason = registry.layouts.layout(lay).applies(v.shape, v.dtype)
+            layout = registry.layouts.layout(lay)
+            reason = layout.applies(v.shape, v.dtype)
             if reason:
                 return f"{v.name}: {reason}"
+            if layout.precision is not None and impl.precision == "float32":
+                # precision is lost only where accuracy tuning measured it
+                return (f"{v.name}: {impl.name} computes in float32 but declares layout {lay!r}, "
+                        f"which holds {layout.precision}; only a reduced-precision "
+                        f"implementation may read or write it")
     return None
 
 

@@ -38,6 +38,7 @@ from dispatch.fusion import REGION_OP, step_node
 from dispatch.graph import Graph, Node
 from dispatch.plan import Conversion, Plan, PlanStep, step_label
 from dispatch.registry import Implementation, Registry
+from layouts.registry import CORE
 
 
 def validate_plan(plan: Plan, graph: Graph, registry: Registry) -> None:
@@ -150,7 +151,7 @@ def backends_of(plan: Plan, registry: Registry) -> dict[str, int]:
     for conv in plan.conversions:
         for name in conv.chain if isinstance(conv.chain, list) else ():
             backend = registry.backend_of("converter", name) if isinstance(name, str) else None
-            if backend is not None:
+            if backend is not None and backend != CORE:  # (the core's are always there)
                 used[backend] += 1
     return dict(used)
 

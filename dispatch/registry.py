@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from dispatch.errors import RegistryError, known
 from dispatch.graph import Node, op_key
-from layouts.registry import STANDARD
+from layouts.registry import CORE, STANDARD
 
 if TYPE_CHECKING:
     from dispatch.backend import Backend, BackendStatus
@@ -224,12 +224,13 @@ class ImplTable:
         supports: SupportsFn | None = None,
         settings: Mapping[str, Any] | None = None,
         dynamic_shapes: bool = False, precision: str = "float32", calibrate: Callable | None = None,
-    ) -> Callable[[BuildFn], BuildFn]:
+        layouts_in: Any = None, layouts_out: Any = None) -> Callable[[BuildFn], BuildFn]:
         """Decorate the build function of a region implementation ``Region.{backend}.{variant}``:
         ``propose(graph)`` lists the convex node sets it offers (several granularities, so the
         tuner can mix it with other backends); ``supports`` and ``build`` receive the region's
         :class:`dispatch.fusion.FusedNode` (op type ``Region``). Regions read and write the
-        standard layout. ``settings`` names the library settings the build uses (shown in
+        standard layout unless ``layouts_in`` / ``layouts_out`` say otherwise (as for single
+        ops; a reduced-precision region may hold its precision's: :mod:`layouts.precision`). ``settings`` names the library settings the build uses (shown in
         reports; a variant of the same library with other settings is another registration).
         ``dynamic_shapes``: its regions may hold values whose shapes are known only at run
         time (its ``supports`` still decides node by node). ``precision``, ``calibrate``: see :class:`Implementation`."""
@@ -246,6 +247,7 @@ class ImplTable:
                     supports_fn=supports,
                     doc=(build.__doc__ or "").strip().split("\n")[0],
                     propose=propose,
+                    layouts_in=layouts_in or _all_standard, layouts_out=layouts_out or _outputs_standard,
                     settings=dict(settings or {}),
                     dynamic_shapes=dynamic_shapes, precision=precision, calibrate=calibrate,
                 )
@@ -299,8 +301,7 @@ class Registry:
     _owner: dict[str, str] = field(default_factory=dict, repr=False)
     _lock: threading.RLock = field(default_factory=threading.RLock, repr=False, compare=False)
     #: runs a deferred backend's registration (dispatch.backend.complete_registration)
-    _completer: Callable[[Registry, BackendStatus], Any] | None = field(
-        default=None, repr=False, compare=False)
+    _completer: Callable[[Registry, BackendStatus], Any] | None = field(default=None, repr=False, compare=False)
     #: the thread running deferred registrations (0: none)
     _completing: int = 0
 
@@ -308,8 +309,7 @@ class Registry:
         self.layouts._resolve = self._resolve_layouts
 
     # -- deferred registration -------------------------------------------------------
-    def defer(self, deferred: DeferredBackend,
-              completer: Callable[[Registry, BackendStatus], Any]) -> None:
+    def defer(self, deferred: DeferredBackend, completer: Callable[[Registry, BackendStatus], Any]) -> None:
         """Record ``deferred`` as registered-to-be; ``completer(registry, status)`` runs its
         registration when it is needed (see :mod:`dispatch.backend_manifest`)."""
         self._completer = completer
@@ -375,7 +375,8 @@ class Registry:
         rank = {b: k for k, b in enumerate(self._order)}
 
         def key(kind: str, name: str, backend: str) -> int:
-            return rank.get(self._owner.get(f"{kind}:{name}", backend), len(rank))
+            owner = self._owner.get(f"{kind}:{name}", backend)
+            return -1 if owner == CORE else rank.get(owner, len(rank))  # the core's first
 
         # new containers, each assigned at once: a reader in another thread sees the old or
         # the new one, never a list being sorted
@@ -489,10 +490,8 @@ class Registry:
         that order; float32 ones unless ``precisions`` names others (``None``: all)."""
         self._complete_if(lambda d: backends is None or d.status.name in backends)
         found = [i for i in self._by_name.values() if i.is_region and (backends is None or i.backend in backends) and (precisions is None or i.precision in precisions)]
-        if backends is not None:
-            rank = {b: k for k, b in enumerate(backends)}
-            found.sort(key=lambda i: (rank[i.backend], -i.priority))
-        return found
+        rank = {b: k for k, b in enumerate(backends or ())}
+        return sorted(found, key=lambda i: (rank[i.backend], -i.priority)) if backends is not None else found
 
     def has_op(self, op: str) -> bool:
         return op in self._by_op or any(op in d.ops for d in self._deferred.values())

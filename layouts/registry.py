@@ -13,6 +13,10 @@ from dispatch.errors import LayoutError, known
 #: activations). Every other layout converts to and from it; the one definition of the name.
 STANDARD = "std"
 
+#: the backend name of what the core itself registers (the standard layout, the reduced
+#: precisions of :mod:`layouts.precision` and their converters): always installed
+CORE = "core"
+
 ConvertFn = Callable[[np.ndarray, tuple[int, ...]], np.ndarray]
 """``fn(array, logical_shape) -> array``: converts a tensor's physical array."""
 
@@ -25,7 +29,8 @@ class Layout:
 
     ``rank`` restricts the layout to tensors of that rank (``None``: any rank);
     ``physical_shape`` maps a logical shape to the shape of the stored array (identity by
-    default); ``dtypes`` restricts the element types (empty: any).
+    default); ``dtypes`` restricts the element types (empty: any); ``precision`` names a
+    reduced precision the stored array holds (``None``: the tensor's own).
     """
 
     name: str
@@ -35,6 +40,11 @@ class Layout:
     doc: str = ""
     physical_shape: PhysicalShapeFn | None = None
     dtypes: tuple[str, ...] = ()
+    #: ``None``: the stored elements are the tensor's own (float32 stays float32). Else the
+    #: reduced precision the stored array holds (``bf16``, ``fp16``, ``int8``: see
+    #: :mod:`layouts.precision`), with ``stored_dtype`` its element type
+    precision: str | None = None
+    stored_dtype: str | None = None
 
     def applies(self, shape: tuple[int, ...], dtype: np.dtype | None) -> str | None:
         """``None`` when a tensor of this shape and dtype can be held in this layout."""
@@ -49,6 +59,16 @@ class Layout:
 
     def stored_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
         return tuple(self.physical_shape(shape)) if self.physical_shape else tuple(shape)
+
+    def stored_type(self, dtype: np.dtype) -> np.dtype:
+        """The element type of the stored array of a ``dtype`` tensor in this layout."""
+        if self.stored_dtype is None:
+            return np.dtype(dtype)
+        if self.stored_dtype == "bfloat16":
+            import ml_dtypes
+
+            return np.dtype(ml_dtypes.bfloat16)
+        return np.dtype(self.stored_dtype)
 
 
 CostFn = Callable[["Converter", tuple[int, ...], np.dtype], float]
@@ -232,7 +252,10 @@ class LayoutRegistry:
         from scipy.sparse import csr_array
         from scipy.sparse.csgraph import dijkstra
 
-        names = [n for n, lay in self.layouts.items() if lay.applies(shape, dtype) is None]
+        # a chain never passes through a reduced precision: precision is lost only where a
+        # plan asks for it (at an end of the chain)
+        names = [n for n, lay in self.layouts.items() if lay.applies(shape, dtype) is None
+                 and (lay.precision is None or n in (src, dst))]
         index = {n: k for k, n in enumerate(names)}
         best: dict[tuple[int, int], tuple[float, Converter]] = {}
         for (a, b), convs in self.converters.items():

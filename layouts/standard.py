@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from layouts.registry import STANDARD, Layout
+from layouts.registry import CORE, STANDARD, Layout
 
 __all__ = ["STANDARD", "standard_layout"]
 
@@ -12,7 +12,7 @@ def standard_layout() -> Layout:
     return Layout(
         name=STANDARD,
         device="cpu",
-        backend="core",
+        backend=CORE,
         rank=None,
         doc="row-major contiguous at any rank; NCHW for rank-4 activations",
     )

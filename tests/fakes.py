@@ -84,6 +84,42 @@ def _sigmoid_add(fused):
     return lambda x, other: 1 / (1 + np.exp(-x)) + other
 
 
+def _bf16_edges(node) -> tuple[str, ...]:
+    return tuple("bf16" if v is not None and v.dtype == np.float32 else "std" for v in node.inputs)
+
+
+def _bf16_outs(node) -> tuple[str, ...]:
+    return tuple("bf16" if v.dtype == np.float32 else "std" for v in node.outputs)
+
+
+_BF16_OPS = {"Relu": lambda x: np.maximum(x, 0), "Neg": np.negative}
+
+
+def _bf16_region_supports(region) -> str | None:
+    other = sorted({n.op_type for n in region.nodes} - set(_BF16_OPS))
+    return f"the fake bf16 region runs {', '.join(sorted(_BF16_OPS))}, not {', '.join(other)}" if other else None
+
+
+@table.register_region("bf16", propose=lambda graph: [], priority=Priority.FALLBACK,
+                       supports=_bf16_region_supports, precision="bf16",
+                       layouts_in=_bf16_edges, layouts_out=_bf16_outs)
+def _bf16_region(region):
+    """A region of Relu / Neg nodes computed on bfloat16 arrays, reading and writing the bf16
+    layout (a fake reduced-precision region: numpy, no speed claims); refuses other inputs."""
+    import ml_dtypes
+
+    def run(*arrays):
+        for a in arrays:
+            if a.dtype != ml_dtypes.bfloat16:
+                raise TypeError(f"the fake bf16 region reads bfloat16 arrays, received {a.dtype}")
+        env = {v.name: a for v, a in zip(region.inputs, arrays)}
+        for n in region.nodes:
+            env[n.outputs[0].name] = _BF16_OPS[n.op_type](env[n.inputs[0].name]).astype(ml_dtypes.bfloat16)
+        return tuple(env[v.name] for v in region.outputs)
+
+    return run
+
+
 class FakeBackend(Backend):
     """FAKE backend for tests (see module docstring)."""
 

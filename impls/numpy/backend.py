@@ -39,6 +39,7 @@ MODULES = (
     "detection",
     "control_flow",
     "recurrent",
+    "quantize",
 )
 
 
