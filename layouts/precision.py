@@ -105,7 +105,8 @@ def quantize_linear(
     dtype: np.dtype | str | None = None,
 ) -> np.ndarray:
     """ONNX ``QuantizeLinear``: ``saturate(round_half_even(x / scale) + zero_point)`` in
-    ``dtype`` (the zero point's type, else ``uint8``)."""
+    ``dtype`` (the zero point's type, else ``uint8``). NaN, which ONNX leaves undefined, gives
+    the type's minimum, as onnxruntime does."""
     out = np.dtype(dtype if dtype is not None else (zero_point.dtype if zero_point is not None else np.uint8))
     if out.name not in QUANT_RANGES:
         raise ValueError(f"QuantizeLinear writes {', '.join(QUANT_RANGES)}, received {out.name}")
@@ -116,7 +117,7 @@ def quantize_linear(
         y = np.rint(np.asarray(x, dtype=np.float32) / s)
         if zero_point is not None:
             y = y + param_shape(zero_point, shape, axis, block_size).astype(np.float32)
-        return np.clip(y, lo, hi).astype(out)
+        return np.clip(np.where(np.isnan(y), lo, y), lo, hi).astype(out)
 
 
 def dequantize_linear(

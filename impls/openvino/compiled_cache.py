@@ -141,10 +141,37 @@ def region_digest(region: FusedNode, config: dict[str, Any], version: str) -> st
     return h.hexdigest()
 
 
-def compile_region(core: Any, region: FusedNode, config: dict[str, Any], setting: str) -> Any:
+def with_edges(model: Any, edges: str) -> Any:
+    """``model`` (an ``openvino.Model``) reading and writing its float32 inputs and outputs in
+    ``edges`` (``bf16``: the plugin takes and gives bfloat16 tensors, converting nothing at
+    the region's edges when it computes in bf16)."""
+    import openvino as ov
+    from openvino.preprocess import PrePostProcessor
+
+    if edges != "bf16":
+        raise ValueError(f"OpenVINO regions' edges are float32 or bf16, received {edges!r}")
+    ppp = PrePostProcessor(model)
+    for k, port in enumerate(model.inputs):
+        if port.get_element_type() == ov.Type.f32:
+            ppp.input(k).tensor().set_element_type(ov.Type.bf16)
+    for k, port in enumerate(model.outputs):
+        if port.get_element_type() == ov.Type.f32:
+            ppp.output(k).tensor().set_element_type(ov.Type.bf16)
+    return ppp.build()
+
+
+def _compile(core: Any, path: Path, config: dict[str, Any], edges: str | None) -> Any:
+    if edges is None:
+        return core.compile_model(str(path), "CPU", config)
+    return core.compile_model(with_edges(core.read_model(str(path)), edges), "CPU", config)
+
+
+def compile_region(core: Any, region: FusedNode, config: dict[str, Any], setting: str,
+                   edges: str | None = None) -> Any:
     """``region`` compiled by ``core`` for the CPU plugin with ``config``, through the
     compiled cache in the folder ``setting`` names (see the module docstring). An entry that
-    exists is compiled from as it is: the region's model is only built to write one."""
+    exists is compiled from as it is: the region's model is only built to write one.
+    ``edges``: ``None`` (the model's float32 at the edges) or ``bf16`` (:func:`with_edges`)."""
     import openvino as ov
 
     folder = cache_dir(setting)
@@ -153,12 +180,12 @@ def compile_region(core: Any, region: FusedNode, config: dict[str, Any], setting
         model = region_model(region, weights)
         with tempfile.TemporaryDirectory(prefix="opdispatch-ov-") as tmp:
             _write_entry(Path(tmp), model, weights)
-            return core.compile_model(str(Path(tmp) / "model.onnx"), "CPU", config)
-    entry = folder / region_digest(region, config, ov.__version__)
+            return _compile(core, Path(tmp) / "model.onnx", config, edges)
+    entry = folder / region_digest(region, dict(config, edges=edges) if edges else config, ov.__version__)
     cached = dict(config, CACHE_DIR=str(entry / "blobs"))
     if _usable(entry):
         try:
-            compiled = core.compile_model(str(entry / "model.onnx"), "CPU", cached)
+            compiled = _compile(core, entry / "model.onnx", cached, edges)
             with contextlib.suppress(OSError):
                 os.utime(entry)  # recently used: pruned last
             return compiled
@@ -179,8 +206,8 @@ def compile_region(core: Any, region: FusedNode, config: dict[str, Any], setting
         if not _usable(entry):
             raise OSError(f"no usable entry at {entry}")
     except OSError:  # the cache cannot be written: compile from a temporary folder
-        return compile_region(core, region, config, "off")
-    compiled = core.compile_model(str(entry / "model.onnx"), "CPU", cached)
+        return compile_region(core, region, config, "off", edges)
+    compiled = _compile(core, entry / "model.onnx", cached, edges)
     prune(folder)
     return compiled
 

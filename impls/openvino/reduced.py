@@ -14,10 +14,13 @@ import functools
 import tempfile
 from pathlib import Path
 
+import numpy as np
+
 from dispatch.fusion import FusedNode
 from dispatch.registry import Priority
 from impls.openvino.region import _supports, build_compiled, compile_config, core, impls, propose
 from impls.static_quant import RECIPES, calibrate, qdq_model, static_reason
+from layouts.registry import STANDARD
 
 
 @functools.cache
@@ -55,6 +58,24 @@ def build_region_f16(region: FusedNode):
 def build_region_bf16(region: FusedNode):
     """A region compiled by OpenVINO's CPU plugin computing in bf16 (float32 at its edges)."""
     return build_compiled(region, "bf16")
+
+
+def _bf16_edges(node: FusedNode) -> tuple[str, ...]:
+    return tuple("bf16" if v is not None and v.dtype == np.float32 else STANDARD for v in node.inputs)
+
+
+def _bf16_edges_out(node: FusedNode) -> tuple[str, ...]:
+    return tuple("bf16" if v.dtype == np.float32 else STANDARD for v in node.outputs)
+
+
+@impls.register_region("compiled_bf16_edges", propose=propose, priority=Priority.FALLBACK,
+                       supports=_bf16_supports, settings={"inference_precision": "bf16", "edges": "bf16"},
+                       precision="bf16", layouts_in=_bf16_edges, layouts_out=_bf16_edges_out)
+def build_region_bf16_edges(region: FusedNode):
+    """:func:`build_region_bf16` reading and writing its float32 tensors as bfloat16 (the
+    ``bf16`` layout): between two such regions nothing is converted; elsewhere the plan
+    converts, and the tuner weighs it."""
+    return build_compiled(region, "bf16", edges="bf16")
 
 
 def _int8_supports(region: FusedNode) -> str | None:

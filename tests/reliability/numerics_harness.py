@@ -96,6 +96,22 @@ def _onehot(node: Node, indices: np.ndarray, depth: np.ndarray, values: np.ndarr
     return out
 
 
+def _quantize64(node, x, scale, zero_point=None):
+    """QuantizeLinear in float64, saturating (onnx's ReferenceEvaluator casts rint(x / scale)
+    to int32 first, so values past 2**31 wrap: 1e30 / 0.05 quantizes to 0, not 255); NaN gives
+    the type's minimum (undefined in ONNX; onnxruntime's choice)."""
+    zp = np.zeros((), np.uint8) if zero_point is None else np.asarray(zero_point)
+    lo, hi = np.iinfo(zp.dtype).min, np.iinfo(zp.dtype).max
+    axis = int(node.attrs.get("axis", 1)) % max(np.ndim(x), 1)
+    view = [1] * np.ndim(x)
+    if np.size(scale) > 1:
+        view[axis] = -1
+    s = np.asarray(scale, np.float64).reshape(view if np.size(scale) > 1 else ())
+    z = zp.astype(np.float64).reshape(view if zp.size > 1 else ())
+    y = np.rint(np.asarray(x, np.float64) / s) + z
+    return np.clip(np.where(np.isnan(y), lo, y), lo, hi).astype(zp.dtype)
+
+
 #: float64 formulas that check the reference implementation of an op where onnx's
 #: ReferenceEvaluator is not an oracle: its LRN loops over the batch axis where it means the
 #: channels (onnx/reference/ops/op_lrn.py: ``for c in range(x.shape[0])``), so the square sums
@@ -103,7 +119,7 @@ def _onehot(node: Node, indices: np.ndarray, depth: np.ndarray, values: np.ndarr
 #: log(softmax(x)): -inf where the softmax underflows (inputs ~1e30) and log-softmax is finite.
 #: Its OneHot computes hit * (on - off) + off: NaN everywhere once on or off is NaN or both are
 #: infinite, where ONNX selects on_value or off_value. An oracle takes all of the node's inputs.
-ORACLES = {"LRN": _lrn64, "LogSoftmax": _log_softmax64, "OneHot": _onehot}
+ORACLES = {"LRN": _lrn64, "LogSoftmax": _log_softmax64, "OneHot": _onehot, "QuantizeLinear": _quantize64}
 
 
 def reference_env(reg: Registry, graph: Graph, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -31,6 +31,7 @@ import pytest
 
 from dispatch.registry import STANDARD, Implementation
 from tests.reliability.cases_index import DIFFERENCES as INDEX_DIFFERENCES
+from tests.reliability.cases_quant import DIFFERENCES as QUANT_DIFFERENCES
 from tests.reliability.numerics_cases import BUILDERS, EDGES, VALUE_EDGES
 from tests.reliability.numerics_harness import (
     Tolerance,
@@ -182,6 +183,7 @@ DIFFERENCES: dict[tuple[str, str, str], tuple[Tolerance, str]] = {
 
 # the documented differences of the issue-14 index operators live with their cases
 DIFFERENCES.update({key: (Tolerance(**kw), why) for key, (kw, why) in INDEX_DIFFERENCES.items()})
+DIFFERENCES.update({key: (Tolerance(**kw), why) for key, (kw, why) in QUANT_DIFFERENCES.items()})
 
 #: Implementations that cannot run any case of an edge kind: (implementation glob, edge glob)
 #: -> a pattern the refusal reason of the cases it was meant for must match (other cases may be
@@ -330,7 +332,7 @@ def _layout_params() -> list[tuple[str, tuple[int, ...]]]:
     reg = registry()
     out = []
     for name, lay in reg.layouts.layouts.items():
-        if name == STANDARD:
+        if name == STANDARD or lay.precision is not None:  # (lossy by design: below)
             continue
         ranks = [lay.rank] if lay.rank is not None else sorted(LAYOUT_SHAPES)
         out.extend((name, s) for r in ranks for s in LAYOUT_SHAPES[r])
@@ -342,6 +344,52 @@ LAYOUT_PARAMS = _layout_params()
 
 def _shape_id(s: tuple[int, ...]) -> str:
     return "x".join(map(str, s))
+
+
+def _precision_params() -> list[tuple[str, tuple[int, ...]]]:
+    reg = registry()
+    return [(n, s) for n, lay in reg.layouts.layouts.items() if lay.precision is not None
+            for s in LAYOUT_SHAPES[4][:4] + LAYOUT_SHAPES[2][-2:]]
+
+
+PRECISION_PARAMS = _precision_params()
+
+
+@pytest.mark.parametrize(("layout", "shape"), PRECISION_PARAMS,
+                         ids=[f"{n}-{_shape_id(s)}" for n, s in PRECISION_PARAMS])
+def test_precision_layout_round_trip_rounds_once(layout: str, shape: tuple[int, ...]) -> None:
+    """A reduced-precision layout's round trip is lossy by design: it rounds once (a second
+    round trip changes nothing, bit for bit, in bf16 and fp16; in u8 it moves by less than a
+    step), keeps NaN, the infinities and zeros' signs (bf16,
+    fp16), and stays within the precision's step. The u8 layout (ONNX DynamicQuantizeLinear)
+    is defined for finite tensors whose range fits float32: the edge tensor's finite part
+    below 1e30."""
+    reg = registry()
+    lay = reg.layouts.layout(layout)
+    x = edge_tensor(shape)
+    if lay.precision == "int8":
+        x = np.where(np.isfinite(x) & (np.abs(x) < 1e30), x, np.float32(0.5)).astype(np.float32)
+    (to,) = reg.layouts.converters[(STANDARD, layout)]
+    (back,) = reg.layouts.converters[(layout, STANDARD)]
+    phys = to(x.copy(), shape)
+    assert phys.dtype == lay.stored_type(np.dtype(np.float32)) and phys.shape == shape
+    once = back(phys, shape)
+    assert once.dtype == np.float32 and once.shape == shape
+    twice = back(to(once.copy(), shape), shape)
+    if lay.precision in ("bf16", "fp16"):
+        np.testing.assert_array_equal(bits(twice), bits(once))
+        special = ~np.isfinite(x) | (x == 0)
+        np.testing.assert_array_equal(bits(once[special & ~np.isnan(x)]), bits(x[special & ~np.isnan(x)]))
+        assert np.isnan(once[np.isnan(x)]).all()
+        normal = np.isfinite(x) & (np.abs(x) > 1e-4) & (np.abs(x) < 6e4)  # normal in both
+        step = 2.0 ** -8 if lay.precision == "bf16" else 2.0 ** -11
+        assert (np.abs(once[normal] - x[normal]) <= step * np.abs(x[normal])).all()
+    else:
+        scale = (max(0.0, float(x.max())) - min(0.0, float(x.min()))) / 255
+        assert np.abs(once - x).max() <= scale / 2 * (1 + 1e-5) + 1e-12
+        # not idempotent: the scale is computed anew from the dequantized range, whose ends
+        # moved to the grid, so the grid may shift; by less than a step
+        assert np.abs(twice - once).max() <= scale * (1 + 1e-5) + 1e-12
 
 
 #: Layouts that hold only some shapes of their rank: layout -> (predicate on the logical shape,

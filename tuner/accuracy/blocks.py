@@ -3,9 +3,12 @@ library first, the reference for what it cannot run) with each of its region ste
 *blocks* where the fewest tensors are live (between residual blocks, transformer sub-layers:
 :func:`pieces`), small blocks merged into their neighbours and at most
 :data:`MAX_BLOCKS` kept. Every block computes in float32 or in one of the library's
-reduced-precision variants; they all read and write float32 tensors, so any mix is a valid
-plan (the library's quantize / dequantize / cast happen inside each block and are measured
-with it).
+reduced-precision variants; the variants searched read and write float32 tensors, so any mix
+is a valid plan (the library's quantize / dequantize / cast happen inside each block and are
+measured with it). A variant that reads and writes its precision's layout (OpenVINO's bf16
+regions with bf16 edges: :mod:`layouts.precision`) is not measured alone; a plan found with its
+float32-edged twin is offered again with it (:func:`with_reduced_edges`), the plan's converters
+at the boundaries where a neighbour holds float32 and none between two such regions.
 """
 
 from __future__ import annotations
@@ -138,7 +141,9 @@ def block_plan(graph: Graph, registry: Registry, library: str) -> BlockPlan | No
     variants = []
     for b in blocks:
         node = region_node(graph, b.nodes)
-        variants.append([i for i in reduced if i.supports(node) is None])
+        # swapped in place, so of the block's layouts; an edge twin only where it pays
+        variants.append([i for i in reduced if i.supports(node) is None and not i.settings.get("edges")
+                         and list(i.input_layouts(node)) == b.layouts_in and list(i.output_layouts(node)) == b.layouts_out])
     plan = assemble(graph, registry, steps, {"label": f"{library} float32 blocks"})
     return BlockPlan(library, plan, blocks, variants, whole)
 
@@ -182,3 +187,40 @@ def whole_in(graph: Graph, registry: Registry, bp: BlockPlan, impl: Implementati
         else:
             steps.append(s)
     return assemble(graph, registry, steps, {"label": f"{bp.library} whole {impl.precision}"})
+
+
+def edge_twin(registry: Registry, impl: Implementation) -> Implementation | None:
+    """The variant of ``impl`` that reads and writes its reduced precision's layout (same
+    backend, precision and settings, plus ``edges``), ``None`` when there is none."""
+    if impl.precision == "float32" or impl.settings.get("edges"):
+        return None
+    for other in registry.regions([impl.backend], precisions=[impl.precision]):
+        rest = {k: v for k, v in other.settings.items() if k != "edges"}
+        if other.settings.get("edges") and rest == dict(impl.settings):
+            return other
+    return None
+
+
+def with_reduced_edges(graph: Graph, registry: Registry, plan: Plan) -> Plan | None:
+    """``plan`` with each reduced region that has an :func:`edge_twin` run by the twin, when
+    at least one tensor goes straight from one such region to another (elsewhere the twin only
+    moves the conversion out of the library); ``None`` when none does."""
+    twins = {k: t for k, s in enumerate(plan.steps) if s.op == REGION_OP
+             and (t := edge_twin(registry, registry.impl(s.impl))) is not None}
+    made = {v for k in twins for v in plan.steps[k].nodes}
+    produced = {v.name for k in twins for v in region_node(graph, plan.steps[k].nodes).outputs}
+    read = {v.name for k in twins for v in region_node(graph, plan.steps[k].nodes).inputs if v is not None}
+    if not made or not produced & read:
+        return None
+    steps = []
+    for k, s in enumerate(plan.steps):
+        if k not in twins:
+            steps.append(s)
+            continue
+        twin = twins[k]
+        node = region_node(graph, s.nodes)
+        steps.append(PlanStep(nodes=list(s.nodes), op=REGION_OP, impl=twin.name, backend=twin.backend,
+                              layouts_in=list(twin.input_layouts(node)), layouts_out=list(twin.output_layouts(node)),
+                              why=s.why, precision={**(s.precision or {}), "edges": str(twin.settings["edges"])}))
+    label = f"{plan.provenance.get('label', 'plan')}, reduced precision between regions"
+    return assemble(graph, registry, steps, {"label": label})

@@ -49,6 +49,7 @@ from tuner.accuracy.blocks import (
     precision_of,
     whole_in,
     with_precisions,
+    with_reduced_edges,
 )
 from tuner.accuracy.data import AccuracyData, Feeds
 from tuner.accuracy.metrics import AccuracyObjective
@@ -417,6 +418,24 @@ class AccuracyStage:
         self._candidate(label, plan, err, {k: impl.precision for k in included})
         return (label, plan, err) if included and self.objective.within(err) else None
 
+    def _edged(self, label: str, plan: Plan, ref_cal: list, ref_held: list) -> PlanCandidate | None:
+        """``plan`` with its reduced regions passing their precision straight to each other
+        (:func:`with_reduced_edges`), checked like any plan; ``None`` when it does not apply or
+        breaks the budget."""
+        if time.monotonic() > self.deadline:
+            return None
+        try:
+            edged = with_reduced_edges(self.graph, self.registry, plan)
+            if edged is None:
+                return None
+            label = f"{label}, reduced precision between regions"
+            err, where = self._check_both(edged, ref_cal, ref_held)
+        except Exception as exc:
+            self.notes.append(f"{label}, reduced precision between regions: failed: {type(exc).__name__}: {exc}"[:300])
+            return None
+        self._candidate(label, edged, err, None, where)
+        return PlanCandidate(label, edged, None) if self.objective.within(err) else None
+
     def _candidate(self, label: str, plan: Plan, err: float, blocks: dict | None, where: str = "held-out") -> None:
         self.candidates.append({
             "label": label, "error": err, "figure": self.objective.figure(err), "on": where,
@@ -449,6 +468,9 @@ class AccuracyStage:
             self.search_deadline = now + SEARCH_SHARE * (self.deadline - now) / (len(libraries) - k)
             for label, plan, _err in self._library(library, ref_cal, ref_held):
                 plans.append(PlanCandidate(label, plan, None))
+                edged = self._edged(label, plan, ref_cal, ref_held)
+                if edged is not None:
+                    plans.append(edged)
         if len(plans) > 1:
             self.say(f"accuracy: timing {len(plans)} plan(s) within budget side by side")
             _validate(self.graph, self.registry, plans, self.data.calibration[0], [], runs,
