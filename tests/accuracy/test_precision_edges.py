@@ -85,3 +85,66 @@ def test_a_plan_with_one_reduced_region_gets_no_edges(setting):
                                          layouts_in=list(impl.input_layouts(node)),
                                          layouts_out=list(impl.output_layouts(node)), precision=precision_of(impl))])
     assert with_reduced_edges(graph, reg, one) is None
+
+
+# -- the accuracy stage offers the plan again with its regions' edge twins ------------------------
+
+def test_the_stage_offers_reduced_precision_between_regions(tmp_path):
+    """A FAKE edge twin of the fake int8 region (tests/accuracy/fake_precision.py) that reads and
+    writes the ``u8`` layout: the per-block plan of four adjacent int8 blocks is offered again
+    with the twins, nothing converted between them, checked on the held-out half like any plan
+    (the u8 rounding adds its error), and the plan that wins is stored and runs again."""
+    from dispatch.registry import ImplTable, Priority
+    from dispatch.session import Session
+    from layouts.precision import QuantizedArray, from_u8, to_u8
+    from tests.accuracy import fake_precision
+    from tests.accuracy.test_accuracy import _tune, chain_model, samples
+
+    twins = ImplTable("fakeprec")
+    u8 = lambda node: tuple("u8" for _ in node.inputs)  # noqa: E731
+    u8_out = lambda node: tuple("u8" for _ in node.outputs)  # noqa: E731
+
+    @twins.register_region("scaled_u8", propose=fake_precision._whole, priority=Priority.FALLBACK,
+                           precision="int8", settings={"edges": "u8"}, layouts_in=u8, layouts_out=u8_out)
+    def _scaled_u8(region):
+        """FAKE int8 region reading and writing the u8 layout (dequantize, the fake's int8
+        arithmetic, quantize)."""
+        inner = fake_precision._runner(region, fake_precision.ERROR["value"], 0.0)
+
+        def run(*arrays):
+            assert all(isinstance(a, QuantizedArray) for a in arrays), [type(a) for a in arrays]
+            outs = inner(*(from_u8(a, a.shape) for a in arrays))
+            return tuple(to_u8(o, o.shape) for o in outs)
+
+        return run
+
+    original = fake_precision.registry_with_fake_precision
+
+    def with_twins():
+        reg = original()
+        reg.add_table(twins)
+        return reg
+
+    import tests.accuracy.test_accuracy as ta
+
+    ta.registry_with_fake_precision = with_twins
+    try:
+        result, store = _tune(chain_model(tmp_path / "chain.onnx"), tmp_path, "max-rel:0.05", samples(8), budget=14.0)
+    finally:
+        ta.registry_with_fake_precision = original
+    acc = result.plan.provenance["accuracy"]
+    by_label = {c["label"]: c for c in acc["candidates"]}
+    edged = by_label.get("fakeprec per block, reduced precision between regions")
+    assert edged is not None, sorted(by_label)
+    plain = by_label["fakeprec per block"]
+    assert edged["within"] and edged["error"] > plain["error"]  # u8 rounding on top of the fake's
+    assert edged["precisions"] == plain["precisions"]
+    stored = store.get_plan(result.key).plan()
+    assert stored.precisions() == result.plan.precisions()
+    reg = with_twins()
+    again = Session(str(tmp_path / "chain.onnx"), store=str(tmp_path / "plans.db"), backends=["fakeprec"],
+                    registry=reg, objective=result.key.objective, require_plan=True)
+    assert again.plan.precisions() == result.plan.precisions()
+    x = samples(1, seed=9)[0]
+    reference = Session(str(tmp_path / "chain.onnx"), store=False).run(None, x)[0]
+    np.testing.assert_allclose(again.run(None, x)[0], reference, rtol=0.05)
