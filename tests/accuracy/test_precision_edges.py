@@ -139,6 +139,9 @@ def test_the_stage_offers_reduced_precision_between_regions(tmp_path):
     plain = by_label["fakeprec per block"]
     assert edged["within"] and edged["error"] > plain["error"]  # u8 rounding on top of the fake's
     assert edged["precisions"] == plain["precisions"]
+    # the four int8 blocks also run as one region: the fake's arithmetic, so its error
+    whole = by_label["fakeprec per block, like neighbours merged"]
+    assert whole["within"] and whole["error"] == pytest.approx(plain["error"], rel=1e-6)
     stored = store.get_plan(result.key).plan()
     assert stored.precisions() == result.plan.precisions()
     reg = with_twins()
@@ -148,3 +151,30 @@ def test_the_stage_offers_reduced_precision_between_regions(tmp_path):
     x = samples(1, seed=9)[0]
     reference = Session(str(tmp_path / "chain.onnx"), store=False).run(None, x)[0]
     np.testing.assert_allclose(again.run(None, x)[0], reference, rtol=0.05)
+
+
+def test_like_neighbouring_blocks_run_as_one_region(tmp_path):
+    """:func:`tuner.accuracy.blocks.merged` on the FAKE precision backend's chain (4 blocks of 3
+    nodes): consecutive blocks in the same precision become one region step, computing what
+    the blocks computed."""
+    from tests.accuracy.fake_precision import registry_with_fake_precision
+    from tests.accuracy.test_accuracy import chain_model, samples
+    from tuner.accuracy.blocks import merged, with_precisions
+
+    reg = registry_with_fake_precision()
+    graph = load_graph(str(chain_model(tmp_path / "chain.onnx")), reg, ["fakeprec"])
+    bp = block_plan(graph, reg, "fakeprec")
+    assert bp is not None and len(bp.blocks) == 4 and bp.origins == [bp.origins[0]] * 4
+    scaled = reg.impl("Region.fakeprec.scaled")
+    chosen = {k: (scaled, precision_of(scaled)) for k in (0, 1, 3)}
+    plan = merged(graph, reg, bp, chosen, "per block")
+    regions = [s for s in plan.steps if s.op == REGION_OP]
+    assert [(len(s.nodes), s.impl) for s in regions] == [
+        (6, scaled.name), (3, bp.blocks[2].impl), (3, scaled.name)]
+    assert plan.precisions() == {"int8": 9, "float32": 3}
+    cut = with_precisions(graph, reg, bp, chosen, "per block")
+    x = samples(1, seed=4)[0]
+    np.testing.assert_allclose(Executor(graph, plan, reg).run(x)[0], Executor(graph, cut, reg).run(x)[0], rtol=1e-6)
+    # nothing alike next to each other: nothing to merge
+    alternate = {k: (scaled, precision_of(scaled)) for k in (0, 2)}
+    assert merged(graph, reg, bp, alternate, "per block") is None

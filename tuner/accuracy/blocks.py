@@ -46,6 +46,8 @@ class BlockPlan:
     variants: list[list[Implementation]] = field(default_factory=list)
     #: the plan before cutting (the library's regions whole), its region steps
     whole: Plan | None = None
+    #: per block: the index of the whole region step it was cut from (in :attr:`whole`)
+    origins: list[int] = field(default_factory=list)
 
 
 def pieces(graph: Graph, names: Sequence[str]) -> list[list[str]]:
@@ -125,7 +127,8 @@ def block_plan(graph: Graph, registry: Registry, library: str) -> BlockPlan | No
         return None
     steps: list[PlanStep] = []
     blocks: list[PlanStep] = []
-    for s in whole.steps:
+    origins: list[int] = []
+    for j, s in enumerate(whole.steps):
         if s.op != REGION_OP or s.backend != library:
             steps.append(s)
             continue
@@ -136,6 +139,7 @@ def block_plan(graph: Graph, registry: Registry, library: str) -> BlockPlan | No
             cut = [_region_step(graph, impl, list(s.nodes))]  # a piece the library refuses: kept whole
         steps += cut
         blocks += cut
+        origins += [j] * len(cut)
     if not blocks:
         return None
     variants = []
@@ -145,7 +149,7 @@ def block_plan(graph: Graph, registry: Registry, library: str) -> BlockPlan | No
         variants.append([i for i in reduced if i.supports(node) is None and not i.settings.get("edges")
                          and list(i.input_layouts(node)) == b.layouts_in and list(i.output_layouts(node)) == b.layouts_out])
     plan = assemble(graph, registry, steps, {"label": f"{library} float32 blocks"})
-    return BlockPlan(library, plan, blocks, variants, whole)
+    return BlockPlan(library, plan, blocks, variants, whole, origins)
 
 
 def with_precisions(graph: Graph, registry: Registry, bp: BlockPlan,
@@ -163,6 +167,52 @@ def with_precisions(graph: Graph, registry: Registry, bp: BlockPlan,
             impl, precision = chosen[k]
             steps.append(_region_step(graph, impl, list(s.nodes), precision))
     return assemble(graph, registry, steps, {"label": label})
+
+
+def merged(graph: Graph, registry: Registry, bp: BlockPlan,
+           chosen: Mapping[int, tuple[Implementation, dict | None]], label: str) -> Plan | None:
+    """:func:`with_precisions`' plan with each run of consecutive blocks of one region that
+    compute alike (float32, or one variant whose step records no calibration: bf16, fp16) run
+    as one region: the same arithmetic in fewer library calls, and the library fuses across the
+    cuts. ``None`` when no two neighbours compute alike. (Consecutive pieces of a convex region
+    form a convex region; a union the library refuses stays cut.)"""
+    def kind(k: int) -> tuple | None:
+        if k not in chosen:
+            return ("float32", bp.blocks[k].impl, "")
+        impl, precision = chosen[k]
+        if precision and "calibration" in precision:
+            return None  # calibrated per block: a union would need its own calibration
+        return (impl.precision, impl.name, repr(sorted((precision or {}).items())))
+
+    runs: list[list[int]] = []
+    for k in range(len(bp.blocks)):
+        if runs and kind(k) is not None and kind(k) == kind(runs[-1][-1]) and bp.origins[k] == bp.origins[runs[-1][-1]]:
+            runs[-1].append(k)
+        else:
+            runs.append([k])
+    if all(len(r) == 1 for r in runs):
+        return None
+    replaced: dict[int, PlanStep] = {}
+    for run in runs:
+        if len(run) == 1:
+            continue
+        names = [n for k in run for n in bp.blocks[k].nodes]
+        impl, precision = chosen[run[0]] if run[0] in chosen else (registry.impl(bp.blocks[run[0]].impl), None)
+        if impl.supports(region_node(graph, names)) is not None:
+            continue
+        replaced[run[0]] = _region_step(graph, impl, names, precision)
+        replaced.update({k: None for k in run[1:]})  # type: ignore[misc]
+    if not replaced:
+        return None
+    index = {id(b): k for k, b in enumerate(bp.blocks)}
+    steps = []
+    for s in with_precisions(graph, registry, bp, chosen, label).steps:
+        k = next((index[id(b)] for b in bp.blocks if b.nodes == s.nodes), None) if s.op == REGION_OP else None
+        if k is None or k not in replaced:
+            steps.append(s)
+        elif replaced[k] is not None:
+            steps.append(replaced[k])
+    return assemble(graph, registry, steps, {"label": f"{label}, like neighbours merged"})
 
 
 def library_regions(bp: BlockPlan) -> list[PlanStep]:

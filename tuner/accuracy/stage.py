@@ -46,6 +46,7 @@ from tuner.accuracy.blocks import (
     BlockPlan,
     block_plan,
     library_regions,
+    merged,
     precision_of,
     whole_in,
     with_precisions,
@@ -364,6 +365,7 @@ class AccuracyStage:
             self._candidate(label, plan, err, {k: i.precision for k, i in chosen.items()})
             if chosen and self.objective.within(err):
                 found.append((label, plan, err))
+                found += self._merged(bp, picked(), label, ref_cal, ref_held)
         for impl in {i.name: i for vs in bp.variants for i in vs if i.calibrate is not None}.values():
             if time.monotonic() > self.deadline:
                 break
@@ -417,6 +419,24 @@ class AccuracyStage:
             return None
         self._candidate(label, plan, err, {k: impl.precision for k in included})
         return (label, plan, err) if included and self.objective.within(err) else None
+
+    def _merged(self, bp: BlockPlan, chosen: dict[int, tuple[Implementation, dict | None]], label: str,
+                ref_cal: list, ref_held: list) -> list[tuple[str, Plan, float]]:
+        """The per-block plan with its like neighbours run as one region (:func:`merged`),
+        checked like any plan: ``[(label, plan, error)]`` within budget, else ``[]``."""
+        if time.monotonic() > self.deadline:
+            return []
+        try:
+            plan = merged(self.graph, self.registry, bp, chosen, label)
+            if plan is None:
+                return []
+            label = str(plan.provenance["label"])
+            err, where = self._check_both(plan, ref_cal, ref_held)
+        except Exception as exc:
+            self.notes.append(f"{label}, like neighbours merged: failed: {type(exc).__name__}: {exc}"[:300])
+            return []
+        self._candidate(label, plan, err, {k: i.precision for k, (i, _p) in chosen.items()}, where)
+        return [(label, plan, err)] if self.objective.within(err) else []
 
     def _edged(self, label: str, plan: Plan, ref_cal: list, ref_held: list) -> PlanCandidate | None:
         """``plan`` with its reduced regions passing their precision straight to each other
