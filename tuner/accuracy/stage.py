@@ -161,6 +161,14 @@ def choose(options: Sequence[Sequence[tuple[float, float, Any]]], allowance: flo
     return min(best.values(), key=lambda t: t[0])[1]
 
 
+def _same_steps(a: Plan, b: Plan) -> bool:
+    """Whether ``a`` and ``b`` run the same implementations over the same nodes, alike."""
+    def sig(p: Plan) -> list:
+        return sorted((s.impl, tuple(s.nodes), repr(sorted((s.precision or {}).items()))) for s in p.steps)
+
+    return sig(a) == sig(b)
+
+
 class AccuracyStage:
     """Chooses reduced precision per block within the budget (see the module docstring)."""
 
@@ -487,6 +495,8 @@ class AccuracyStage:
             # checks on the held-out samples and the final timing take the rest
             self.search_deadline = now + SEARCH_SHARE * (self.deadline - now) / (len(libraries) - k)
             for label, plan, _err in self._library(library, ref_cal, ref_held):
+                if any(_same_steps(plan, pc.plan) for pc in plans):
+                    continue  # (a merged per-block plan may be a whole one again)
                 plans.append(PlanCandidate(label, plan, None))
                 edged = self._edged(label, plan, ref_cal, ref_held)
                 if edged is not None:
