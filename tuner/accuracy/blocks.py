@@ -204,10 +204,10 @@ def merged(graph: Graph, registry: Registry, bp: BlockPlan,
         replaced.update({k: None for k in run[1:]})  # type: ignore[misc]
     if not replaced:
         return None
-    index = {id(b): k for k, b in enumerate(bp.blocks)}
+    block_of = {tuple(b.nodes): k for k, b in enumerate(bp.blocks)}
     steps = []
     for s in with_precisions(graph, registry, bp, chosen, label).steps:
-        k = next((index[id(b)] for b in bp.blocks if b.nodes == s.nodes), None) if s.op == REGION_OP else None
+        k = block_of.get(tuple(s.nodes)) if s.op == REGION_OP else None
         if k is None or k not in replaced:
             steps.append(s)
         elif replaced[k] is not None:
