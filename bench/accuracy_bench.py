@@ -255,10 +255,6 @@ def _single(setup: str, work: Path, store: str, data_npz: str, budget: str, conc
         compiled = ov.Core().compile_model(str(path), "CPU", config)
         request = compiled.create_infer_request()
         return lambda f: [np.array(o) for o in request.infer(f).values()]
-        import onnxruntime as ort
-
-        path = work / {"onnxruntime f32": "float.onnx", "ort dynamic int8": "dynamic.onnx",
-                       "ort static int8": "static.onnx"}[setup]
     import onnxruntime as ort
 
     path = work / {"onnxruntime f32": "float.onnx", "ort dynamic int8": "dynamic.onnx",

@@ -12,8 +12,10 @@ Two modes, each bounded in time and in requests:
 * closed loop (:func:`run_closed`): C threads, each with one request in flight, sending the
   next as soon as the previous one is answered, for a warm-up (not counted) then a window of
   ``duration_s`` seconds or until ``max_requests`` requests completed in it, whichever comes
-  first. A request counts when it completes inside the window, wherever it started (as
-  ``tuner.load.run_load`` counts, so that in-process and served figures compare).
+  first. A request counts when it completes inside the window, wherever it started, and the
+  throughput is each thread's counted requests over their span, summed
+  (``tuner.load.closed_loop_rate``, as ``tuner.load.run_load`` measures, so that in-process and
+  served figures compare).
 * open loop (:func:`run_open`): requests sent at a fixed rate (one every ``1 / rate`` seconds)
   by a pool of sender threads, whatever the answers take; the latency of a request is counted
   from the time it was due, so a request that waited for a free sender shows the wait (no
@@ -44,6 +46,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import numpy as np
+
+from tuner.load import closed_loop_rate
 
 #: the only host a load is sent to
 LOOPBACK = "127.0.0.1"
@@ -342,6 +346,9 @@ def run_closed(url: str, model: str, concurrency: int, duration_s: float, max_re
     if hung:
         report.errors += hung
         report.error = report.error or f"{hung} thread(s) still waiting after {timeout_s} s"
+    rate = closed_loop_rate([[(r.start, r.end) for r in counted if r.thread == k] for k in range(concurrency)])
+    if rate is not None and not report.errors:
+        report.throughput = rate
     return report
 
 

@@ -8,11 +8,17 @@ its next request as soon as its previous one returns; after a warm-up, requests 
 for a fixed time (and at most a fixed number of them), and the figures are the completed
 requests per second and the percentiles of their latencies.
 
-A request counts when it completes inside the window, wherever it started: counting only the
-requests that start and end inside it loses about one request per thread at the window's
-edges, which understates throughput the more the longer each request takes (a configuration
-with 4 requests of 110 ms would lose twice what one with 2 requests of 55 ms loses, for the
-same work per second).
+Each thread's first request is a warm-up request, never counted (an OpenVINO infer request, a
+stream's buffers, a session's thread pool: created on first use; ``benchmark_app`` runs a first
+inference apart too). The requests counted are those that complete inside the window, wherever
+they started.
+
+Throughput is measured per thread, from the start of its first counted request to the end of its
+last (:func:`closed_loop_rate`): in a closed loop a thread's requests run back to back, so that
+span holds exactly its counted requests. Counting the completions in the window and dividing by
+the window instead loses or gains up to a request per thread at the window's edges: with BERT-base
+at 4 requests in flight (about 440 ms each) a 1.5 s window counts 12 to 16 of them, a +-15% figure
+that decided the throughput tuner's choice among configurations (bench/README.md).
 """
 
 from __future__ import annotations
@@ -61,6 +67,22 @@ class LoadResult:
         return text
 
 
+def closed_loop_rate(spans: list[list[tuple[float, float]]]) -> float | None:
+    """Requests per second of a closed loop from each thread's counted requests, ``spans[k]``
+    = ``[(start, end), ...]`` in order: the sum over threads of ``len / (last end - first
+    start)``; ``None`` when a thread counted none (its rate is unknown: the caller divides the
+    completions by the window instead)."""
+    if not spans or any(not mine for mine in spans):
+        return None
+    total = 0.0
+    for mine in spans:
+        span = mine[-1][1] - mine[0][0]
+        if span <= 0:
+            return None
+        total += len(mine) / span
+    return total
+
+
 def run_load(
     call: Callable[[int], Any],
     concurrency: int,
@@ -82,8 +104,10 @@ def run_load(
     if duration_s <= 0:
         raise ValueError(f"duration_s must be positive, received {duration_s}")
     lock = threading.Lock()
-    latencies: list[list[float]] = [[] for _ in range(concurrency)]
+    #: each thread's counted requests: (start, end), in order
+    spans: list[list[tuple[float, float]]] = [[] for _ in range(concurrency)]
     errors: list[str] = []
+    failed: set[int] = set()
     state = {"count": 0}
     start_at = time.perf_counter() + warmup_s  # threads start within ~1 ms of this
     stop_at = [start_at + duration_s]
@@ -93,8 +117,9 @@ def run_load(
     ready = threading.Barrier(concurrency)
 
     def worker(k: int) -> None:
-        mine = latencies[k]
+        mine = spans[k]
         ready.wait()  # every thread sends its first request together
+        first = True
         while not done.is_set():
             t0 = time.perf_counter()
             try:
@@ -102,13 +127,14 @@ def run_load(
             except Exception as exc:  # counted and reported, never raised into the thread
                 with lock:
                     errors.append(f"{type(exc).__name__}: {exc}")
+                    failed.add(k)
                 return
             t1 = time.perf_counter()
             if t1 > stop_at[0]:
                 done.set()
                 return
-            if t1 >= start_at:  # completed in the window (see the module docstring)
-                mine.append(t1 - t0)
+            if t1 >= start_at and not first:  # completed in the window (see the module docstring)
+                mine.append((t0, t1))
                 if limit is not None:
                     with lock:
                         state["count"] += 1
@@ -116,6 +142,7 @@ def run_load(
                             stop_at[0] = t1
                             done.set()
                             return
+            first = False
 
     threads = [threading.Thread(target=worker, args=(k,), daemon=True, name=f"load-{k}")
                for k in range(concurrency)]
@@ -125,12 +152,14 @@ def run_load(
         t.join()
     end = min(stop_at[0], time.perf_counter())
     window = max(1e-9, end - start_at)
-    every = np.array([x for mine in latencies for x in mine], dtype=np.float64) * 1e3
+    every = np.array([b - a for mine in spans for a, b in mine], dtype=np.float64) * 1e3
     if every.size:
         p50, p90, p99 = (float(np.percentile(every, q)) for q in PERCENTILES)
         mean = float(every.mean())
     else:
         p50 = p90 = p99 = mean = float("nan")
+    rate = closed_loop_rate([mine for k, mine in enumerate(spans) if k not in failed])
     return LoadResult(concurrency=concurrency, requests=int(every.size), seconds=window,
-                      throughput=every.size / window, p50_ms=p50, p90_ms=p90, p99_ms=p99,
+                      throughput=rate if rate is not None and not failed else every.size / window,
+                      p50_ms=p50, p90_ms=p90, p99_ms=p99,
                       mean_ms=mean, errors=len(errors), error=errors[0] if errors else None)

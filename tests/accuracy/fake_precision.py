@@ -6,7 +6,9 @@ kernels of the region's nodes and then sleeps :data:`FLOAT32_SLEEP_S` per node (
 cost);
 its ``int8`` variant runs the same kernels without sleeping and scales every output by
 ``(1 + ERROR) ** nodes`` (an error per node it computes) — so alone it adds exactly that minus 1
-to the ``max-rel`` metric, and several in a chain compound.
+to the ``max-rel`` metric, and several in a chain compound. With ``bf16=True`` (a table of its
+own, so that the other tests see one variant) a ``bf16`` variant adds :data:`BF16_ERROR` per node
+and sleeps half the float32 time: less error, less speed, what the back-off steps down to.
 """
 
 from __future__ import annotations
@@ -23,7 +25,10 @@ table = ImplTable("fakeprec")
 FLOAT32_SLEEP_S = 0.0005
 #: the relative error the int8 variant adds per node of its region
 ERROR = {"value": 0.0013}
+#: the relative error the bf16 variant (``bf16=True``) adds per node of its region
+BF16_ERROR = {"value": 0.0008}
 _REGISTRY: list[Registry] = []
+bf16_table = ImplTable("fakeprec")
 
 
 def _whole(graph) -> list[list[str]]:
@@ -57,6 +62,13 @@ def _scaled(region):
     return _runner(region, ERROR["value"], 0.0)
 
 
+@bf16_table.register_region("halved", propose=_whole, priority=Priority.FALLBACK, precision="bf16")
+def _halved(region):
+    """FAKE bf16 region: the reference kernels, outputs scaled by 1 + BF16_ERROR, half the sleep."""
+    assert region.attrs.get("precision", {}).get("dtype") == "bf16"
+    return _runner(region, BF16_ERROR["value"], FLOAT32_SLEEP_S * len(region.nodes) / 2)
+
+
 class FakePrecisionBackend(Backend):
     """FAKE backend for the accuracy objective's tests (see the module docstring)."""
 
@@ -71,10 +83,13 @@ class FakePrecisionBackend(Backend):
         registry.add_table(table)
 
 
-def registry_with_fake_precision() -> Registry:
-    """A fresh registry of every discovered backend plus the fake one."""
+def registry_with_fake_precision(bf16: bool = False) -> Registry:
+    """A fresh registry of every discovered backend plus the fake one (with its bf16 variant
+    when ``bf16``)."""
     from dispatch.backend import _activate, load_registry
 
     reg = load_registry(fresh=True)
     _activate(reg, FakePrecisionBackend, "tests.accuracy.fake_precision")
+    if bf16:
+        reg.add_table(bf16_table)
     return reg

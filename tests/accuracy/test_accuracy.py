@@ -206,6 +206,25 @@ def test_search_takes_what_fits_and_backs_off_what_breaks_the_budget(tmp_path):
     assert "precision" not in json.dumps([s for s in json.loads(plan.to_json())["steps"] if not s.get("precision")])
 
 
+
+def test_back_off_steps_an_int8_block_down_to_its_bf16_variant(tmp_path):
+    e = fake_precision.ERROR["value"]
+    block = (1 + e) ** 3 - 1
+    block16 = (1 + fake_precision.BF16_ERROR["value"]) ** 3 - 1  # about 0.6 of an int8 block
+    model = chain_model(tmp_path / "chain.onnx")
+    # as above, two int8 blocks are predicted to fit and do not; the one backed off now steps
+    # down to bf16 (an int8 block and a bf16 one fit), not to float32
+    budget = 2 * block + 0.6 * block ** 2
+    reg = registry_with_fake_precision(bf16=True)
+    result = tune(str(model), store=PlanStore(tmp_path / "plans.db"), registry=reg, options=TuneOptions(
+        budget_s=15.0, backends=["fakeprec"], accuracy=f"max-rel:{budget!r}", accuracy_data=samples(8),
+        validate_runs=3))
+    acc = result.plan.provenance["accuracy"]
+    assert any("(int8) back to bf16" in n and "calibration" in n for n in acc["notes"]), acc["notes"]
+    assert result.plan.precisions() == {"int8": 3, "bf16": 3, "float32": 6}
+    assert acc["held_out"]["within"]
+    assert acc["held_out"]["error"] == pytest.approx((1 + block) * (1 + block16) - 1, rel=1e-3)
+
 def test_a_whole_region_over_budget_on_the_first_samples_is_refused_there(tmp_path):
     """With more calibration samples than the sensitivity ones and a worst-sample metric, a
     whole region over the budget on the first samples is refused without the rest."""

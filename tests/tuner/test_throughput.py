@@ -21,7 +21,7 @@ from dispatch import Session
 from dispatch.errors import PlanNotFoundError
 from dispatch.serving import ServingConfig
 from tests.builders import small_cnn
-from tuner.load import run_load
+from tuner.load import closed_loop_rate, run_load
 from tuner.store import PlanStore
 from tuner.throughput import serving_candidates
 from tuner.tune import TuneOptions, TuningError, tune
@@ -210,6 +210,15 @@ def test_with_one_request_in_flight_the_plan_is_chosen_on_its_validated_latency(
             assert win is plans[1]
 
 
+def test_closed_loop_rate_is_each_threads_requests_over_their_span():
+    # thread 0: 3 requests back to back in 3 s; thread 1: 2 in 2 s, started before a window
+    # that a count of completions would have cut at 1.0 (and counted 1.5 of them)
+    spans = [[(0.0, 1.0), (1.0, 2.0), (2.0, 3.0)], [(0.5, 1.5), (1.5, 2.5)]]
+    assert closed_loop_rate(spans) == pytest.approx(2.0)
+    assert closed_loop_rate([[(0.0, 0.5)], []]) is None  # a thread that counted none: unknown
+    assert closed_loop_rate([]) is None
+
+
 def test_the_load_loop_counts_requests_and_errors():
     calls = []
     lock = threading.Lock()
@@ -223,6 +232,7 @@ def test_the_load_loop_counts_requests_and_errors():
     assert result.requests == 50 and result.concurrency == 3 and result.errors == 0
     assert result.p50_ms <= result.p90_ms <= result.p99_ms and result.throughput > 0
     assert set(calls) == {0, 1, 2}
+    assert len(calls) >= 53  # each thread's first request warms it up, uncounted
 
     def fail(k: int) -> None:
         raise ValueError(f"thread {k} refused")

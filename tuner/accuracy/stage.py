@@ -13,9 +13,10 @@ reduced-precision variants (OpenVINO bf16, onnxruntime dynamic int8, ...):
    *sensitivity*);
 3. the optimiser picks the fastest assignment whose summed errors fit the allowance (an exact
    knapsack over blocks: :func:`choose`); the assignment is run on every calibration sample
-   and, while it breaks the budget, the most sensitive reduced block goes back to float32;
+   and, while it breaks the budget, the most sensitive reduced block steps down: to its
+   fastest variant that added less error alone (int8 to bf16), else back to float32;
 4. the plan is built as it will be stored and checked on the held-out samples; while it
-   breaks the budget there, the most sensitive reduced block goes back to float32, and the
+   breaks the budget there, the most sensitive reduced block steps down the same way, and the
    final plan is built and checked again. The library's whole regions in each variant (what
    whole-model quantization does) are checked the same way.
 
@@ -32,7 +33,6 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -54,6 +54,7 @@ from tuner.accuracy.blocks import (
 )
 from tuner.accuracy.data import AccuracyData, Feeds
 from tuner.accuracy.metrics import AccuracyObjective
+from tuner.accuracy.trials import Trial, call_times, choose, outputs, record_inputs, variant_name
 from tuner.tune_types import PlanCandidate
 from tuner.validate import _validate
 
@@ -61,104 +62,10 @@ from tuner.validate import _validate
 SENSITIVITY_SAMPLES = 16
 #: calibration samples a static int8 variant's ranges are calibrated on (the first ones)
 CALIBRATION_SAMPLES = 16
-#: runs whose per-call median gives a block's time
-TIMING_RUNS = 5
 #: the share of the stage's time the block searches take (the rest: checks and timing)
 SEARCH_SHARE = 0.6
-#: steps of the allowance in the knapsack over blocks (:func:`choose`)
-ERROR_STEPS = 1000
 #: the label of the float32 winner among the accuracy stage's candidates
 FLOAT32 = "float32 plan"
-
-
-@dataclass
-class Trial:
-    """One block in one variant, measured alone in the library's float32 plan."""
-
-    library: str
-    block: int
-    nodes: int
-    impl: str
-    precision: str
-    ms_float32: float
-    ms: float | None = None
-    error: float | None = None
-    note: str = ""
-
-
-def variant_name(impl: Implementation) -> str:
-    """How a reduced variant is named in labels: its registration's variant (``compiled_bf16``,
-    ``session_int8_static``, ...)."""
-    return impl.name.rsplit(".", 1)[-1]
-
-
-def outputs(ex: Executor, samples: Sequence[Feeds]) -> list[list[np.ndarray]]:
-    """``ex``'s outputs for each sample (copies)."""
-    return [[np.array(o, copy=True) for o in ex.run(feeds)] for feeds in samples]
-
-
-def call_times(ex: Executor, feeds: Feeds, steps: Sequence[PlanStep], runs: int = TIMING_RUNS) -> list[float]:
-    """The median time in milliseconds of each of ``steps`` (kernel calls of ``ex``) over
-    ``runs`` runs of the whole plan on ``feeds`` (after one untimed run)."""
-    index = {id(c.step): k for k, c in enumerate(ex.calls) if c.kind == "kernel"}
-    ex.run(feeds)
-    samples: list[list[float]] = []
-    for _ in range(max(1, runs)):
-        timings: list[float] = []
-        ex.run(feeds, timings=timings)
-        samples.append(timings)
-    return [float(np.median([t[index[id(s)]] for t in samples])) * 1e3 for s in steps]
-
-
-def record_inputs(ex: Executor, steps: Sequence[PlanStep], samples: Sequence[Feeds]) -> list[list[tuple]]:
-    """The inputs each of ``steps`` (kernel calls of ``ex``) reads, per sample: what a
-    calibrated variant (static int8) is calibrated on."""
-    seen: list[list[tuple]] = [[] for _ in steps]
-    originals = []
-    for k, step in enumerate(steps):
-        def recorder(*arrays: np.ndarray, _k: int = k) -> Any:
-            seen[_k].append(tuple(np.array(a, copy=True) for a in arrays))
-            return originals[_k](*arrays)
-        originals.append(ex.swap_kernel(step, recorder))
-    try:
-        for feeds in samples:
-            ex.run(feeds)
-    finally:
-        for step, fn in zip(steps, originals):
-            ex.swap_kernel(step, fn)
-    return seen
-
-
-def choose(options: Sequence[Sequence[tuple[float, float, Any]]], allowance: float) -> list[Any]:
-    """The cheapest choice of one option ``(ms, error, tag)`` per block whose errors sum to at
-    most ``allowance`` (each block's first option must be its float32 one, error 0): an exact
-    knapsack over blocks with the allowance in :data:`ERROR_STEPS` steps (an error is
-    rounded up, so the sum never exceeds it). Returns the chosen tags."""
-    unit = allowance / ERROR_STEPS if allowance > 0 else 0.0
-    cap = ERROR_STEPS if unit > 0 else 0
-
-    def steps_of(err: float) -> int | None:
-        if err <= 0:
-            return 0
-        if unit <= 0:
-            return None
-        need = int(np.ceil(err / unit - 1e-9))
-        return need if need <= cap else None
-
-    best: dict[int, tuple[float, list[Any]]] = {0: (0.0, [])}
-    for opts in options:
-        nxt: dict[int, tuple[float, list[Any]]] = {}
-        for used, (ms_sum, tags) in best.items():
-            for ms, err, tag in opts:
-                need = steps_of(err)
-                if need is None or used + need > cap:
-                    continue
-                total = ms_sum + ms
-                key = used + need
-                if key not in nxt or total < nxt[key][0]:
-                    nxt[key] = (total, [*tags, tag])
-        best = nxt
-    return min(best.values(), key=lambda t: t[0])[1]
 
 
 def _same_steps(a: Plan, b: Plan) -> bool:
@@ -291,18 +198,39 @@ class AccuracyStage:
 
     def _back_off(self, bp: BlockPlan, chosen: dict[int, Implementation], ex: Executor,
                   steps: Mapping[int, PlanStep], float32_fns: Mapping[int, Callable],
-                  samples: Sequence[Feeds], reference: Sequence[Sequence[np.ndarray]], where: str) -> float:
-        """While ``ex`` (running ``chosen``) breaks the budget on ``samples``, put the most
-        sensitive reduced block back to float32 (in ``ex`` and ``chosen``); its last error."""
+                  built: Mapping[tuple[int, str], Callable], samples: Sequence[Feeds],
+                  reference: Sequence[Sequence[np.ndarray]], where: str) -> float:
+        """While ``ex`` (running ``chosen``) breaks the budget on ``samples``, step the most
+        sensitive reduced block down (in ``ex`` and ``chosen``): to its fastest measured variant
+        that adds less error alone and still beats float32 (int8 to bf16, :meth:`_step_down`),
+        else back to float32. Returns the last error."""
         err = self._error(reference, outputs(ex, samples))
         while not self.objective.within(err) and chosen:
             k = max(chosen, key=lambda j: self._sensitivity(bp, j, chosen[j]))
-            self.notes.append(f"{bp.library}: block {k} ({chosen[k].precision}) back to float32: "
+            down = self._step_down(bp, k, chosen[k], built)
+            to = "float32" if down is None else down.precision
+            self.notes.append(f"{bp.library}: block {k} ({chosen[k].precision}) back to {to}: "
                               f"{self.objective.describe(err)} on the {where} samples")
-            ex.swap_kernel(steps[k], float32_fns[k])
-            del chosen[k]
+            if down is None:
+                ex.swap_kernel(steps[k], float32_fns[k])
+                del chosen[k]
+            else:
+                ex.swap_kernel(steps[k], built[(k, down.name)])
+                chosen[k] = down
             err = self._error(reference, outputs(ex, samples))
         return err
+
+    def _step_down(self, bp: BlockPlan, k: int, impl: Implementation,
+                   built: Mapping[tuple[int, str], Callable]) -> Implementation | None:
+        """Block ``k``'s fastest built variant that added less error alone than ``impl`` and
+        ran faster than float32, else ``None`` (float32)."""
+        limit = self._sensitivity(bp, k, impl)
+        better = [t for t in self.trials if t.library == bp.library and t.block == k and (k, t.impl) in built
+                  and t.error is not None and t.error < limit and t.ms is not None and t.ms < t.ms_float32]
+        if not better:
+            return None
+        name = min(better, key=lambda t: t.ms or 0.0).impl
+        return next(i for i in bp.variants[k] if i.name == name)
 
     # -- the stage ------------------------------------------------------------------------
     def _library(self, library: str, ref_cal: list, ref_held: list) -> list[tuple[str, Plan, float]]:
@@ -352,7 +280,8 @@ class AccuracyStage:
         chosen = {k: impl for k, impl in self._assignment(bp).items() if (k, impl.name) in built}
         if chosen:
             float32_fns = {k: ex.swap_kernel(bp.blocks[k], built[(k, impl.name)]) for k, impl in chosen.items()}
-            self._back_off(bp, chosen, ex, dict(enumerate(bp.blocks)), float32_fns, cal, ref_cal, "calibration")
+            self._back_off(bp, chosen, ex, dict(enumerate(bp.blocks)), float32_fns, built, cal, ref_cal,
+                           "calibration")
             for k in chosen:  # (the ones backed off are float32 again already)
                 ex.swap_kernel(bp.blocks[k], float32_fns[k])
 
@@ -366,7 +295,7 @@ class AccuracyStage:
             if not self.objective.within(err):
                 steps = {k: s for k in chosen for s in plan.steps if s.nodes == bp.blocks[k].nodes}
                 fns = {k: next(c.fn for c in ex.calls if c.step is bp.blocks[k]) for k in chosen}
-                self._back_off(bp, chosen, ex_mixed, steps, fns, held, ref_held, "held-out")
+                self._back_off(bp, chosen, ex_mixed, steps, fns, built, held, ref_held, "held-out")
                 plan = with_precisions(self.graph, self.registry, bp, picked(), label)
                 ex_mixed, err = self._check(plan, held, ref_held) if chosen else (ex_mixed, float("inf"))
             del ex_mixed
