@@ -41,6 +41,11 @@ STATIC_OPS = ("Conv", "MatMul", "Gemm")
 CNN_EXTRA_OPS = ("Add", "MaxPool", "AveragePool")
 #: what calibration records ranges for: every recipe's tensors, so one calibration serves all
 CALIBRATED_OPS = STATIC_OPS + CNN_EXTRA_OPS
+#: samples calibrated at once, at most (:func:`calibration_stride`): the tool holds every
+#: intermediate tensor of the samples it runs at once (128 ResNet-50 samples: gigabytes). Its
+#: strided min-max merges each stride's ranges; its other bound, ``CalibMaxIntermediateOutputs``,
+#: drops them (onnxruntime 1.32: ``clear_collected_data`` empties the outputs uncomputed)
+CALIBRATION_CHUNK = 16
 #: the opset a region is converted to first when older: per-channel weights need DequantizeLinear's
 #: ``axis`` (opset 13); the tool does not convert (measured with onnxruntime 1.32 on an opset-9
 #: ResNet-50: it writes DequantizeLinear-11 with an axis, an invalid model)
@@ -148,17 +153,17 @@ def _plan(model: Any, recipe: QdqRecipe) -> tuple[list[str], list[str]]:
 
 
 def _quantize(region: FusedNode, folder: Path, cache: Path, reader: Any, exclude: Sequence[str] = (),
-              recipe: QdqRecipe | None = None) -> Any:
+              recipe: QdqRecipe | None = None, stride: int | None = None) -> Any:
     """The tool run on ``region``'s model: with a ``reader``, calibration of every recipe's
-    tensors into ``cache`` (:data:`CALIBRATED_OPS`); without, the ``recipe``'s QDQ model from
-    the ranges in ``cache``."""
+    tensors into ``cache`` (:data:`CALIBRATED_OPS`; ``stride`` samples at a time); without, the
+    ``recipe``'s QDQ model from the ranges in ``cache``."""
     import onnx
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 
     src, out = folder / "region.onnx", folder / "int8.onnx"
     model = _prepared(region_model(region))
     if recipe is None:  # calibration
-        ops, skipped, options = list(CALIBRATED_OPS), [], {}
+        ops, skipped, options = list(CALIBRATED_OPS), [], {"CalibStridedMinMax": stride} if stride else {}
     else:
         ops, skipped = _plan(model, recipe)
         options = {} if recipe.quantize_outputs else {
@@ -179,14 +184,23 @@ def _quantize(region: FusedNode, folder: Path, cache: Path, reader: Any, exclude
 
 def calibrate(region: FusedNode, samples: Sequence[Sequence[np.ndarray]]) -> dict[str, Any]:
     """The tool's calibration cache (JSON: each tensor's range) for ``region`` from its input
-    ``samples`` (one tuple of arrays per sample, in the region's input order)."""
+    ``samples`` (one tuple of arrays per sample, in the region's input order), run
+    :func:`calibration_stride` samples at a time (the tool's strided min-max: each stride's
+    ranges merged into the last's)."""
     from onnxruntime.quantization import CalibrationDataReader
 
     names = [v.name for v in region.inputs]
+    feeds = [dict(zip(names, s)) for s in samples]
 
     class Reader(CalibrationDataReader):
         def __init__(self) -> None:
-            self._it = iter([dict(zip(names, s)) for s in samples])
+            self._it = iter(feeds)
+
+        def __len__(self) -> int:
+            return len(feeds)
+
+        def set_range(self, start_index: int, end_index: int) -> None:
+            self._it = iter(feeds[start_index:end_index])
 
         def get_next(self) -> dict[str, np.ndarray] | None:
             return next(self._it, None)
@@ -195,8 +209,14 @@ def calibrate(region: FusedNode, samples: Sequence[Sequence[np.ndarray]]) -> dic
         raise ValueError("calibration needs at least one sample of the region's inputs")
     with tempfile.TemporaryDirectory(prefix="opdispatch-calib-") as tmp:
         cache = Path(tmp) / "calibration.json"
-        _quantize(region, Path(tmp), cache, Reader())
+        _quantize(region, Path(tmp), cache, Reader(), stride=calibration_stride(len(feeds)))
         return json.loads(cache.read_text())
+
+
+def calibration_stride(n: int) -> int:
+    """The samples calibrated at once out of ``n``: the largest divisor of ``n`` up to
+    :data:`CALIBRATION_CHUNK` (the tool wants a stride that divides the samples)."""
+    return max(d for d in range(1, min(n, CALIBRATION_CHUNK) + 1) if n % d == 0)
 
 
 def qdq_model(region: FusedNode, recipe: str | None = None) -> Any:

@@ -129,3 +129,28 @@ def test_the_static_int8_variants_on_a_residual_cnn_against_the_reference(tmp_pa
     got = impl.build(node)(x)[0]
     rel = np.abs(got - expected).max() / np.abs(expected).max()
     assert 0 < rel < 0.05, rel  # int8 (not float32), within what 8 bits keep of this range
+
+
+def test_calibration_in_chunks_is_the_range_of_every_sample(tmp_path):
+    from dispatch.backend import load_registry
+    from dispatch.fusion import region_node
+    from impls.static_quant import CALIBRATION_CHUNK, calibrate, calibration_stride
+
+    assert [calibration_stride(n) for n in (1, 16, 19, 32, 128, 96, 31)] == [1, 16, 1, 16, 16, 16, 1]
+    assert calibration_stride(24) == 12 and calibration_stride(CALIBRATION_CHUNK + 1) == 1
+
+    graph = load_graph(str(residual_cnn(tmp_path / "cnn.onnx")), load_registry(), ["numpy"])
+    node = region_node(graph, [n.name for n in graph.nodes])
+    rng = np.random.default_rng(5)
+    # more samples than a stride (of 10: 20 samples); the largest input in the last stride
+    n = 20
+    xs = [rng.standard_normal((1, 8, 16, 16)).astype(np.float32) for _ in range(n)]
+    xs[-1] *= 4.0
+    data = calibrate(node, [(x,) for x in xs])["data"]
+    assert data["x"]["lowest"]["data"][0] == pytest.approx(min(float(x.min()) for x in xs))
+    assert data["x"]["highest"]["data"][0] == pytest.approx(max(float(x.max()) for x in xs))
+    # a tensor inside: the first chunk's range alone is narrower than the merged one
+    first = calibrate(node, [(x,) for x in xs[:CALIBRATION_CHUNK]])["data"]
+    assert data["r1"]["highest"]["data"][0] >= first["r1"]["highest"]["data"][0]
+    assert data["r1"]["highest"]["data"][0] > first["r1"]["highest"]["data"][0] or \
+        data["r1"]["lowest"]["data"][0] < first["r1"]["lowest"]["data"][0]
