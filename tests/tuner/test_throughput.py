@@ -178,6 +178,23 @@ def test_a_short_budget_leaves_out_the_least_likely_configurations_not_the_likel
     assert all(rank[stage.trials.index(t)] >= worst_measured for t in skipped)
 
 
+def test_a_slow_models_windows_hold_a_few_requests_per_thread():
+    """The window a trial is measured in grows with the plan's latency and the concurrency
+    (each thread counts about SETTLE_REQUESTS requests even if the plan ran one at a time), up
+    to MAX_WINDOW_S; a fast model keeps the short windows."""
+    from tuner import throughput as tp
+    from tuner.tune_types import PlanCandidate
+
+    plan = Session(small_cnn(), backends=["numpy"], store=False).plan
+    stage = tp.ThroughputStage(None, None, {}, [], 4, None, time.monotonic() + 60, None)
+    slow, fast, slower = (PlanCandidate(x, plan, None) for x in ("slow", "fast", "slower"))
+    slow.latency_ms, fast.latency_ms, slower.latency_ms = 110.0, 4.0, 900.0
+    config = ServingConfig("shared", 1, 0, 4, 4)
+    assert stage._settle_s(tp.ServingTrial(slow, config)) == pytest.approx(tp.SETTLE_REQUESTS * 4 * 0.11)
+    assert stage._settle_s(tp.ServingTrial(fast, config)) < tp.MIN_WINDOW_S
+    assert stage._settle_s(tp.ServingTrial(slower, config)) == tp.MAX_WINDOW_S
+
+
 def test_with_one_request_in_flight_the_plan_is_chosen_on_its_validated_latency(monkeypatch):
     """At concurrency 1 throughput is one over the latency: the stage chooses the plan the
     latency objective would (the validation stage's interleaved timing), whatever one short load
