@@ -99,13 +99,52 @@ OPENVINO_AVX512_REFUSED = ("Greater", "GreaterOrEqual")
 
 
 @functools.cache
-def has_avx512() -> bool:
-    """Whether this CPU has AVX-512 (Linux: /proc/cpuinfo's flags; ``False`` when unknown)."""
+def _cpu_flags() -> frozenset[str]:
+    """The first CPU's flags in /proc/cpuinfo (Linux x86; empty when unknown)."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            return " avx512f" in f.read()
+            for line in f:
+                if line.startswith("flags"):
+                    return frozenset(line.split(":", 1)[1].split())
     except OSError:
-        return False
+        pass
+    return frozenset()
+
+
+def has_avx512() -> bool:
+    """Whether this CPU has AVX-512 (Linux: /proc/cpuinfo's flags; ``False`` when unknown)."""
+    return "avx512f" in _cpu_flags()
+
+
+def has_vnni() -> bool:
+    """Whether this CPU has an int8 dot product without an int16 intermediate (AVX512_VNNI or
+    AVX-VNNI; ``True`` when the flags are unknown, as on Arm, where the quirk below is x86's)."""
+    flags = _cpu_flags()
+    return not flags or not ({"avx2", "sse4_1"} & flags) or bool({"avx512_vnni", "avx_vnni"} & flags)
+
+
+#: onnxruntime's u8 x s8 ops and the index of their int8 weight input
+ORT_U8S8_WEIGHT = {"MatMulInteger": 1, "QLinearMatMul": 3, "QLinearConv": 3}
+
+
+def _onnxruntime_u8s8(node: Node) -> str | None:
+    at = ORT_U8S8_WEIGHT.get(node.op_type)
+    if at is None or has_vnni():
+        return None
+    a, w = node.input(0), node.input(at)
+    if a is None or w is None or a.dtype is None or w.dtype is None:
+        return None
+    if dtype_name(a.dtype) != "uint8" or dtype_name(w.dtype) != "int8":
+        return None
+    # measured with onnxruntime 1.32 on an AMD EPYC (Zen 3, AVX2, no VNNI): MatMulInteger
+    # 4x17 @ 17x33 with full-range operands differs from the exact int32 product at 41 of 132
+    # elements, QLinearMatMul at 88 of 132 and QLinearConv at 481 of 825 outputs (by up to 11);
+    # exact on AVX512_VNNI. Its u8 x s8 kernels without VNNI add pairs of products in 16 bits
+    # with saturation (vpmaddubsw); onnxruntime's own advice is reduce_range (7-bit weights)
+    return (f"onnxruntime's {node.op_type} of uint8 by int8 saturates on a CPU without VNNI "
+            f"(its AVX2 kernel adds pairs of products in 16 bits, vpmaddubsw): results differ "
+            f"from ONNX's exact integer product; uint8 weights, or a CPU with AVX512_VNNI or "
+            f"AVX-VNNI, run exactly")
 
 
 def openvino_reason(node: Node) -> str | None:
@@ -216,6 +255,8 @@ def onnxruntime_reason(node: Node) -> str | None:
         return f"onnxruntime's {node.op_type} has no float16 reduction (measured: the run fails)"
     if node.op_type == "Einsum":
         return _onnxruntime_einsum(node)
+    if node.op_type in ORT_U8S8_WEIGHT:
+        return _onnxruntime_u8s8(node)
     if node.op_type == "MeanVarianceNormalization":
         return ("MeanVarianceNormalization is never offered to onnxruntime, which divides by "
                 "the standard deviation without ONNX's epsilon 1e-9 (measured: a constant "

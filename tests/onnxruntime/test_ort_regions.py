@@ -227,3 +227,45 @@ def test_a_plan_with_settings_round_trips_through_json_and_the_store(reg, tmp_pa
     sess = Session(model, registry=reg, store=other, backends=backends)
     assert sess.plan_source == "heuristic"
     assert "onnxruntime" in sess.plan_note and "0.1" in sess.plan_note, sess.plan_note
+
+
+def _matmul_integer(weight_dtype: type) -> tuple[object, np.ndarray, np.ndarray]:
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    a = rng.integers(0, 256, (4, 17)).astype(np.uint8)
+    w = (rng.integers(-128, 128, (17, 33)) if weight_dtype is np.int8
+         else rng.integers(0, 256, (17, 33))).astype(weight_dtype)
+    graph = helper.make_graph(
+        [helper.make_node("MatMulInteger", ["a", "w"], ["y"])], "g",
+        [helper.make_tensor_value_info("a", TensorProto.UINT8, [4, 17])],
+        [helper.make_tensor_value_info("y", TensorProto.INT32, [4, 33])], [numpy_helper.from_array(w, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    onnx.checker.check_model(model)
+    return model, a, a.astype(np.int64) @ w.astype(np.int64)
+
+
+@pytest.mark.parametrize("vnni", [True, False])
+def test_uint8_by_int8_integer_ops_are_refused_without_vnni_only(monkeypatch, vnni):
+    from dispatch.onnx_import import import_model
+    from impls import region_quirks
+
+    flags = {"avx2", "sse4_1", "fma"} | ({"avx512f", "avx512_vnni"} if vnni else set())
+    monkeypatch.setattr(region_quirks, "_cpu_flags", lambda: frozenset(flags))
+    model, _, _ = _matmul_integer(np.int8)
+    node = import_model(model).nodes[0]
+    why = region_quirks.onnxruntime_reason(node)
+    assert (why is None) == vnni
+    if why:
+        assert "MatMulInteger" in why and "saturates" in why and "VNNI" in why
+    model, _, _ = _matmul_integer(np.uint8)  # uint8 weights: exact on every CPU
+    assert region_quirks.onnxruntime_reason(import_model(model).nodes[0]) is None
+
+
+def test_a_dispatched_matmul_integer_is_exact_on_this_cpu():
+    """Whatever this CPU has: the Session's MatMulInteger of uint8 by int8 equals the exact
+    integer product (onnxruntime runs it only where it does not saturate)."""
+    model, a, want = _matmul_integer(np.int8)
+    got = Session(model).run(None, {"a": a})[0]
+    np.testing.assert_array_equal(got, want)

@@ -30,6 +30,7 @@ import numpy as np
 import pytest
 
 from dispatch.registry import STANDARD, Implementation
+from impls import region_quirks
 from tests.reliability.cases_index import DIFFERENCES as INDEX_DIFFERENCES
 from tests.reliability.cases_quant import DIFFERENCES as QUANT_DIFFERENCES
 from tests.reliability.numerics_cases import BUILDERS, EDGES, VALUE_EDGES
@@ -218,6 +219,11 @@ if not _has_avx512():
     _NO_AVX512 = r"oneDNN has only its reference implementation"
     REFUSALS[("*.onednn.nchw16c*", "odd_channels")] += "|" + _NO_AVX512
     REFUSALS[("*.onednn.nchw16c*", "*")] = _NO_AVX512
+
+if not region_quirks.has_vnni():
+    # onnxruntime's uint8 x int8 kernels without VNNI saturate pairs of products in 16 bits
+    # (impls.region_quirks._onnxruntime_u8s8): its regions refuse MatMulInteger's int8 weights
+    REFUSALS[("Region.onnxruntime.session*", "*")] += r"|saturates on a CPU without VNNI"
 
 if _has_avx512():
     DIFFERENCES[("Region.openvino.compiled", "Gelu", "overflow|nonfinite")] = (

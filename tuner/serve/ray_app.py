@@ -14,15 +14,17 @@ cluster, autoscaled on their queues), behind the same Open Inference Protocol fr
   readiness and metadata carry the reason and the node), or tunes first when the model's
   settings give ``tune_budget_s``;
 - the front is ``kserve``'s ``ModelServer`` with one ``RayModel`` per deployment: requests go
-  to the deployment's handle, which routes them to a replica and, when a replica dies,
-  reports the requests that were running on it as errors and sends the next ones to the
-  others while Ray Serve replaces it.
+  to the deployment's handle, which routes them to a replica. When a replica dies, the
+  requests that were running or queued on it are sent again (inference has no side effect),
+  a few times within a few seconds, to the replicas left, while Ray Serve replaces it; only a
+  request that finds no live replica in that time is reported to its client as an error.
 
 ``ray`` is imported only here (the ``ray`` extra).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import socket
@@ -100,6 +102,11 @@ class ModelReplica:
         return self.model.get_output_types()
 
 
+#: how many times a request whose replica died is sent again, pausing RETRY_PAUSE_S x attempt
+REPLICA_RETRIES = 4
+RETRY_PAUSE_S = 0.25
+
+
 def _ray_model(name: str, handle: Any) -> Any:
     """kserve's ``RayModel`` for a deployment, its readiness and metadata asked of a replica."""
     from kserve.ray import RayModel
@@ -112,15 +119,22 @@ def _ray_model(name: str, handle: Any) -> Any:
 
         async def __call__(self, body: Any, headers: dict[str, str] | None = None,
                            verb: Any = None) -> Any:
-            from ray.exceptions import RayTaskError
+            from ray.exceptions import RayActorError, RayTaskError
 
-            try:
-                return await self._handle.remote(body, headers=headers)
-            except RayTaskError as exc:  # the replica's own error (400, 503, ...), unwrapped
-                cause = getattr(exc, "cause", None)
-                if isinstance(cause, Exception):
-                    raise cause from None
-                raise
+            for attempt in range(REPLICA_RETRIES + 1):
+                try:
+                    return await self._handle.remote(body, headers=headers)
+                except RayTaskError as exc:  # the replica's own error (400, 503, ...), unwrapped
+                    cause = getattr(exc, "cause", None)
+                    if isinstance(cause, Exception):
+                        raise cause from None
+                    raise
+                except RayActorError:  # its replica died before answering: another runs it
+                    if attempt == REPLICA_RETRIES:
+                        raise
+                    # the router may still pick the dead replica until the controller says so
+                    await asyncio.sleep(RETRY_PAUSE_S * (attempt + 1))
+            raise AssertionError("unreachable")
 
         async def healthy(self) -> bool:
             return bool((await self.describe())["ready"])
