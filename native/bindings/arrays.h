@@ -29,7 +29,9 @@ inline std::string shape_str(const std::vector<std::int64_t>& v) {
 
 // The array as float32 C-contiguous, or ValueError. `ndim` < 0 accepts any rank.
 inline FloatArray f32(const py::array& a, const char* what, int ndim = -1) {
-  if (!a.dtype().is(py::dtype::of<float>()))
+  // equal, not identical: a dtype is not always numpy's singleton (an unpickled array's is a
+  // copy), and identity refused such float32 arrays as "expected float32, received float32"
+  if (!a.dtype().equal(py::dtype::of<float>()))
     throw py::value_error(std::string(what) + ": expected a float32 array, received dtype " +
                           std::string(py::str(a.dtype())));
   if (!(a.flags() & py::array::c_style))

@@ -123,7 +123,7 @@ void bind_conv(py::module_& m) {
       win = f32_shape(w, "conv weight (OIhw{B}i{B}o)", {ob, nib, s.kh, s.kw, block, block});
     } else {
       auto st = ib_start.cast<py::array>();
-      if (!st.dtype().is(py::dtype::of<i64>()) || st.ndim() != 1 || st.shape(0) != ob ||
+      if (!st.dtype().equal(py::dtype::of<i64>()) || st.ndim() != 1 || st.shape(0) != ob ||
           !(st.flags() & py::array::c_style))
         throw py::value_error("conv ib_start: expected a contiguous int64 array of shape (" +
                               std::to_string(ob) + ",), received dtype " +

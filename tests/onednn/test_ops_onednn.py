@@ -321,3 +321,14 @@ def test_a_maxpool_window_entirely_in_the_padding_is_refused():
     x2 = np.ones((1, 1, 1, 3), np.float32)
     node, _ = case("MaxPool", [x2], attrs)
     assert registry().impl("MaxPool.onednn.std").supports(node) is None
+
+
+def test_unpickled_float32_weights_and_inputs_run():
+    """An unpickled array's dtype is not numpy's float32 singleton; the bindings once compared
+    dtypes by identity and refused it ("expected a float32 array, received dtype float32")."""
+    import pickle
+
+    a, b, c = (pickle.loads(pickle.dumps(x)) for x in (_rand((3, 7), 1), _rand((7, 5), 2), _rand((5,), 3)))
+    assert a.dtype is not np.dtype(np.float32) and a.dtype == np.float32  # what the test is about
+    node, ref = case("Gemm", [a, b, c], {}, const_inputs=(1, 2))
+    check_all("Gemm", node, [a, b, c], ref, atol=1e-4)

@@ -217,3 +217,29 @@ def test_a_cut_short_entry_raises_value_error(tmp_path):
     path.write_bytes(b"x" * 100)
     with pytest.raises(ValueError, match="not a graph-cache entry"):
         graph_cache.read_entry(path)
+
+
+@pytest.mark.parametrize("backend", ["native", "onednn"])
+def test_compiled_kernels_run_a_graph_from_the_cache(tmp_path, cache, backend):
+    """A cached graph's weights are unpickled arrays, whose float32 dtype is not numpy's
+    singleton: the C++ bindings once compared dtypes by identity and refused them ("expected a
+    float32 array, received dtype float32"): oneDNN's grouped Conv, which takes its weights as
+    loaded, failed in every process after the first (found on shufflenet). The native kernels
+    pack their weights first, so their case passed even then; it is kept as the same check."""
+    from tests.builders import ModelBuilder
+
+    rng = np.random.default_rng(3)
+    b = ModelBuilder(17, "grouped_conv_relu")  # a grouped Conv: its weights reach the kernel as loaded
+    c = b.op("Conv", [b.input("x", [1, 8, 16, 16]), b.const(rng.normal(0, 0.3, (16, 2, 1, 1)).astype(np.float32)),
+                      b.const(rng.normal(0, 0.1, 16).astype(np.float32))], group=4)
+    b.output(b.op("Relu", [c]))
+    path = tmp_path / "grouped_conv_relu.onnx"
+    onnx.save(b.build(), str(path))
+    x = rng.standard_normal((1, 8, 16, 16)).astype(np.float32)
+    want = _session(path).run(None, {"x": x})[0]
+    second = Session(str(path), store=False, backends=[backend, "numpy"])
+    assert second.graph_cached
+    weights = [v.const for v in second.graph.values.values() if v.const is not None and v.const.ndim == 4]
+    assert weights and all(w.dtype is not np.dtype(np.float32) for w in weights)  # the case in point
+    assert backend in second.plan.backends_used()
+    np.testing.assert_allclose(second.run(None, {"x": x})[0], want, rtol=1e-4, atol=1e-5)
