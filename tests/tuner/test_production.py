@@ -8,6 +8,7 @@ tuning runs), never about timings."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import multiprocessing
 import time
@@ -288,9 +289,11 @@ def test_bundle_round_trip_into_a_fresh_store(tmp_path, reg):
     assert sess.plan.to_dict() == result.plan.to_dict()
 
 
-def _good_bundle(tmp_path, reg) -> dict:
-    path = tmp_path / "src.sqlite"
-    tune(other_cnn(), store=path, options=_opts(), registry=reg)
+@pytest.fixture(scope="module")
+def good_bundle(tmp_path_factory) -> dict:
+    """A tuned plan's bundle, tuned once for the module (each tuning takes ~8 s on 2 cores)."""
+    path = tmp_path_factory.mktemp("bundle") / "src.sqlite"
+    tune(other_cnn(), store=path, options=_opts(), registry=registry_with_fake())
     with PlanStore(path, readonly=True) as s:
         return s.export_plans()
 
@@ -316,8 +319,8 @@ def _good_bundle(tmp_path, reg) -> dict:
         (lambda b: {**b, "plans": [{**b["plans"][0], "created_at": "yesterday"}]}, "plans[0].created_at"),
     ],
 )
-def test_malformed_bundles_are_refused_whole(tmp_path, reg, edit, message):
-    bundle = _good_bundle(tmp_path, reg)
+def test_malformed_bundles_are_refused_whole(tmp_path, good_bundle, edit, message):
+    bundle = copy.deepcopy(good_bundle)
     with PlanStore(tmp_path / "dst.sqlite") as dst:
         with pytest.raises(BundleError) as info:
             dst.import_plans(edit(bundle))
