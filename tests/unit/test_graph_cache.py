@@ -12,7 +12,7 @@ import onnx
 import pytest
 
 from dispatch import Session, graph_cache
-from tests.builders import small_cnn
+from tests.builders import ModelBuilder, small_cnn
 
 X = np.random.default_rng(0).standard_normal((1, 3, 16, 16)).astype(np.float32)
 
@@ -226,8 +226,6 @@ def test_compiled_kernels_run_a_graph_from_the_cache(tmp_path, cache, backend):
     float32 array, received dtype float32"): oneDNN's grouped Conv, which takes its weights as
     loaded, failed in every process after the first (found on shufflenet). The native kernels
     pack their weights first, so their case passed even then; it is kept as the same check."""
-    from tests.builders import ModelBuilder
-
     rng = np.random.default_rng(3)
     b = ModelBuilder(17, "grouped_conv_relu")  # a grouped Conv: its weights reach the kernel as loaded
     c = b.op("Conv", [b.input("x", [1, 8, 16, 16]), b.const(rng.normal(0, 0.3, (16, 2, 1, 1)).astype(np.float32)),
