@@ -62,6 +62,11 @@ def throughput_share(concurrency: int) -> float:
     return THROUGHPUT_SHARE if concurrency > 1 else SINGLE_REQUEST_SHARE
 #: how many distinct validated plans get serving configurations measured, at most
 MAX_PLANS = 3
+#: a plan slower than the fastest by more than this factor one request at a time gets no
+#: serving configurations (unless it is the only plan of a library that runs pools of its own):
+#: on the AVX2 machine, shufflenet's "onednn first" (2x the fastest) served 86/s against 286/s,
+#: and its trials took the time the likely winners needed (bench/README.md)
+MAX_SLOWDOWN = 1.5
 #: how many reduced-precision plans within an accuracy budget are measured too, at most
 MAX_REDUCED = 2
 #: each configuration's measured window, seconds (the budget may shorten it to MIN_WINDOW_S)
@@ -130,15 +135,19 @@ def serving_candidates(plan: Plan, concurrency: int, cores: int) -> list[Serving
 
 def _priority(config: ServingConfig, cores: int) -> int:
     """When a configuration is measured, lowest first, so that a short budget skips the ones
-    least likely to win: OpenVINO's throughput hint and streams splitting every core between
-    them (the usual winners on a few cores), then one onnxruntime session of one thread per
-    caller and the latency set-up (the baseline the report compares against), then the
-    rest (partial splits, more streams than cores)."""
+    least likely to win: OpenVINO's throughput hint, streams splitting every core between
+    them and a stream of one thread per request in flight up to two per core (onnxruntime's
+    "N x 1": the best library set-up on six of ten models at N = 4 on the AVX2 machine,
+    bench/README.md), the usual winners on a few cores; then one onnxruntime session of one
+    thread per caller and the latency set-up (the baseline the report compares against);
+    then the rest (partial splits, more streams than that)."""
     if config.mode == "shared":
         if config.streams > 1:
             return 0
         return 1
     if config.streams == min(config.concurrency, cores) and config.streams * config.threads == cores:
+        return 0
+    if config.threads == 1 and config.streams == config.concurrency <= 2 * cores:
         return 0
     return 2
 
@@ -147,13 +156,16 @@ def _contenders(plans: Sequence[PlanCandidate], limit: int) -> list[PlanCandidat
     """The valid plans worth serving, at most ``limit``, one of each set of steps: the fastest
     one request at a time, then the fastest that runs wholly on each library with pools of
     its own (onnxruntime, OpenVINO: their streams and sessions are what throughput set-ups
-    change), then the others by latency."""
+    change), then the others by latency, leaving out those more than :data:`MAX_SLOWDOWN`
+    times slower than the fastest."""
     valid = sorted((p for p in plans if p.error is None and p.latency_ms is not None),
                    key=lambda p: p.latency_ms)
     order = valid[:1]
     for library in ("onnxruntime", "openvino"):
         order += [p for p in valid if set(p.plan.backends_used()) == {library}][:1]
-    order += valid
+    if valid:
+        fastest = valid[0].latency_ms
+        order += [p for p in valid if p.latency_ms <= MAX_SLOWDOWN * fastest]  # type: ignore[operator]
     seen: set[tuple] = set()
     out = []
     for pc in order:
@@ -235,8 +247,7 @@ class ThroughputStage:
         # measured: the baselines the report compares to, and a float32 plan to fall back on
         # when a reduced winner breaks its budget as served)
         first = {id(t) for t in baselines}  # (by identity: a trial's fields hold whole plans)
-        order = sorted(self.trials, key=lambda t: -1 if id(t) in first
-                       else _priority(t.config, self.cores))
+        order = sorted(self.trials, key=lambda t: self._rank(t, first))
         batches = [b for b in self.batch_sizes if plans]
         # the baselines and the likeliest configurations first, then the best float32 plan's
         # requests grouped in batches (tuner.throughput_batch) on the configurations that fit
@@ -257,6 +268,22 @@ class ThroughputStage:
             self._run(sorted(extra, key=lambda t: _priority(t.config, self.cores)), 0, len(rest))
         self._run(rest, 0, 0)
         self._confirm()
+
+    def _rank(self, trial: ServingTrial, first: set[int]) -> tuple[int, int, int]:
+        """Where ``trial`` comes in the order of measurement: the baselines (``first``), then by
+        :func:`_priority`; within a priority the plans take turns (each plan's first likely
+        configuration, then each one's second...), a library's own streams (OpenVINO's
+        throughput hint) first in its plan's turn: a short budget then measures every plan's
+        likeliest set-up before any plan's second (BERT-base at 40 s measured two of the
+        fastest plan's and none of OpenVINO's, the best library set-up there: bench/README.md)."""
+        if id(trial) in first:
+            return (-1, 0, 0)
+        level = _priority(trial.config, self.cores)
+        mine = [t for t in self.trials if t.plan is trial.plan and id(t) not in first
+                and _priority(t.config, self.cores) == level]
+        mine.sort(key=lambda t: 0 if t.config.mode == "shared" and t.config.streams > 1 else 1)
+        plans = list(dict.fromkeys(id(t.plan) for t in self.trials))
+        return (level, next(k for k, t in enumerate(mine) if t is trial), plans.index(id(trial.plan)))
 
     def _run(self, order: Sequence[ServingTrial], always: int, later: int) -> None:
         """Measure the trials of ``order`` in that order while the budget allows (the first

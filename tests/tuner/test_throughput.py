@@ -141,6 +141,70 @@ def test_serving_candidates_start_with_the_latency_set_up():
     assert ServingConfig("streams", 64, 1, 64, 64) not in serving_candidates(plan, 64, 2)
 
 
+def test_a_stream_per_request_is_among_the_likeliest_up_to_two_per_core():
+    """onnxruntime's "N x 1" (a one-thread stream per request in flight) was the best library
+    set-up on six of ten models at N = 4 on 2 AVX2 cores: it is measured among the first."""
+    from tuner import throughput as tp
+
+    assert tp._priority(ServingConfig("streams", 4, 1, 4, 4), 2) == 0
+    assert tp._priority(ServingConfig("streams", 2, 1, 2, 4), 2) == 0
+    assert tp._priority(ServingConfig("streams", 8, 1, 8, 8), 2) == 2  # 4 per core: the rest
+    assert tp._priority(ServingConfig("shared", 1, 0, 4, 4), 2) == 1
+
+
+def test_plans_much_slower_than_the_fastest_are_not_served_unless_a_librarys_own():
+    """A plan over MAX_SLOWDOWN times the fastest one request at a time gets no serving
+    trials (its time goes to the likely winners), except the fastest plan wholly on a library
+    with pools of its own (onnxruntime, OpenVINO), whose settings are what the stage tunes."""
+    from tuner import throughput as tp
+    from tuner.tune_types import PlanCandidate
+
+    sets = {"numpy": ["numpy"], "native": ["native", "numpy"], "onednn": ["onednn", "numpy"],
+            "onnxruntime": ["onnxruntime"], "openvino": ["openvino"]}
+    latency = {"numpy": 1.0, "native": 1.4, "onednn": 1.0 * tp.MAX_SLOWDOWN + 0.1,
+               "onnxruntime": 3.0, "openvino": 4.0}
+    cands = []
+    for label, backends in sets.items():
+        pc = PlanCandidate(label, Session(small_cnn(), backends=backends, store=False).plan, None)
+        pc.latency_ms = latency[label]
+        cands.append(pc)
+    signatures = {tuple((s.impl, tuple(s.nodes)) for s in pc.plan.steps) for pc in cands}
+    assert len(signatures) == len(cands)  # five distinct plans
+    chosen = [pc.label for pc in tp._contenders(cands, 5)]
+    assert chosen == ["numpy", "onnxruntime", "openvino", "native"]  # "onednn" over the ratio
+    assert [pc.label for pc in tp._contenders(cands, 2)] == ["numpy", "onnxruntime"]
+
+
+def test_plans_take_turns_so_a_short_budget_measures_each_plans_likeliest_first(monkeypatch):
+    """The order of measurement (fakes in place of the loads: the thing under test is the order):
+    the fastest plan's latency set-up, then each plan's likeliest configuration in turn
+    (OpenVINO's throughput hint first in its plan's turn), then each one's second, and so on."""
+    from tuner import throughput as tp
+    from tuner.load import LoadResult
+    from tuner.tune_types import PlanCandidate
+
+    sessions = {b: Session(small_cnn(), backends=[b], store=False) for b in ("onnxruntime", "openvino")}
+    plans = [PlanCandidate(b, s.plan, None) for b, s in sessions.items()]
+    plans[0].latency_ms, plans[1].latency_ms = 1.0, 1.1
+    stage = tp.ThroughputStage(sessions["openvino"].graph, None, {}, [], 4, None, time.monotonic() + 60, None)
+    stage.cores = 2
+    seen = []
+
+    def fake_load(plan, config, window):
+        seen.append((min(plan.backends_used()), config.label()))
+        return LoadResult(4, 10, window, 10.0, 1.0, 1.0, 1.0, 1.0)
+
+    monkeypatch.setattr(stage, "_load", fake_load)
+    monkeypatch.setattr(tp, "CONFIRM", 0)
+    stage.measure(plans)
+    hint = ServingConfig("shared", 2, 0, 4, 4).label()
+    assert seen[:4] == [("onnxruntime", ServingConfig("shared", 1, 0, 4, 4).label()),
+                        ("onnxruntime", ServingConfig("streams", 2, 1, 2, 4).label()),
+                        ("openvino", hint),
+                        ("onnxruntime", ServingConfig("streams", 4, 1, 4, 4).label())]
+    assert len(seen) == len(stage.trials)
+
+
 def test_a_short_budget_leaves_out_the_least_likely_configurations_not_the_likeliest(monkeypatch):
     """The stage's scheduling alone: each measurement replaced by a sleep of its window (the
     thing under test is which trials the budget keeps, not the figures). With time for a few
@@ -207,7 +271,7 @@ def test_with_one_request_in_flight_the_plan_is_chosen_on_its_validated_latency(
 
     sessions = {b: Session(small_cnn(), backends=[b], store=False) for b in ("onnxruntime", "numpy")}
     plans = [PlanCandidate(b, s.plan, None) for b, s in sessions.items()]
-    plans[0].latency_ms, plans[1].latency_ms = 1.0, 3.0  # onnxruntime validated faster
+    plans[0].latency_ms, plans[1].latency_ms = 1.0, 1.2  # onnxruntime validated faster (within MAX_SLOWDOWN)
     graph = sessions["numpy"].graph
     for n in (1, 2):
         stage = tp.ThroughputStage(graph, None, {}, [], n, None, time.monotonic() + 60, None)
@@ -258,6 +322,20 @@ def test_the_load_loop_counts_requests_and_errors():
     assert bad.errors == 2 and bad.requests == 0 and "refused" in (bad.error or "")
     with pytest.raises(ValueError, match="concurrency must be at least 1"):
         run_load(call, 0, 1.0)
+
+
+def test_requests_that_outlast_the_window_are_measured_from_the_warm_up_not_as_zero():
+    """Each thread's first request is its warm-up; when every request outlasts the window, no
+    thread counts one, and the figures come from the warm-up requests over their span (a
+    slow model on a loaded configuration ranked at 0/s before)."""
+
+    def slow(_k: int) -> None:
+        time.sleep(0.3)
+
+    result = run_load(slow, 2, 0.2, warmup_s=0.05)
+    assert result.requests == 2 and result.errors == 0
+    assert 0 < result.throughput <= 2 / 0.3  # each sleep lasts at least 0.3 s
+    assert result.p50_ms >= 300
 
 
 # -- the command line -----------------------------------------------------------------------
