@@ -353,8 +353,9 @@ class Registry:
                 self._completing = 0
 
     def _complete_if(self, pred: Callable[[DeferredBackend], bool]) -> None:
-        if self._deferred and self._completing != threading.get_ident():
-            self.complete([n for n, d in list(self._deferred.items()) if pred(d)])
+        if self._completing != threading.get_ident() and (self._deferred or self._completing):
+            with self._lock:  # waits for a registration another thread runs (popped from _deferred)
+                self.complete([n for n, d in list(self._deferred.items()) if pred(d)])
 
     def _note_owner(self, backend: str, before: tuple) -> None:
         """Record ``backend`` as the registrant of what it added since snapshot ``before``
