@@ -63,7 +63,7 @@ def throughput_share(concurrency: int) -> float:
 #: how many distinct validated plans get serving configurations measured, at most
 MAX_PLANS = 3
 #: a plan slower than the fastest by more than this factor one request at a time gets no
-#: serving configurations (unless it is the only plan of a library that runs pools of its own):
+#: serving configurations (unless it is the fastest wholly on a library with pools of its own):
 #: on the AVX2 machine, shufflenet's "onednn first" (2x the fastest) served 86/s against 286/s,
 #: and its trials took the time the likely winners needed (bench/README.md)
 MAX_SLOWDOWN = 1.5
