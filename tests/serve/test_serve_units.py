@@ -26,7 +26,7 @@ from prometheus_client import REGISTRY
 
 import dispatch
 from dispatch.errors import ArgumentError
-from tests.serve.conftest import BERT, BERT_INPUTS, CNN, SEQ, bert_feeds, cnn_feeds
+from tests.serve.conftest import BERT, BERT_INPUTS, CNN, SEQ, THROUGHPUT, bert_feeds, cnn_feeds
 from tuner.serve.batcher import DynamicBatcher, Queued, cut
 from tuner.serve.repository import (
     SETTING_KEYS,
@@ -489,6 +489,20 @@ def test_an_untuned_static_model_is_ready_with_its_metadata(cnn):
     assert cnn.plan_info["plan_source"] == "heuristic"
     assert cnn.plan_info["shapes"] == {"pixel_values": [2, 3, 32, 32]}
     assert cnn.batch_sizes == [1]
+
+
+def test_every_request_thread_of_a_throughput_plan_ran_it_before_the_model_is_ready(
+        tuned_store):
+    runner = make_runner(CNN, Path(tuned_store), "cnn-streams", objective=THROUGHPUT)
+    assert runner.load(), runner.reason
+    assert runner.workers == runner.plan_info["serving"]["requests"] > 1
+    # one thread each, all of the pool's: none makes its library state under load
+    assert len(set(runner.warm_threads)) == runner.workers
+    outputs = asyncio.run(runner.infer(cnn_feeds(1)))
+    (want,) = dispatch.Session(str(CNN), store=tuned_store, objective=THROUGHPUT,
+                               require_plan=True).run(["pooler_output"], cnn_feeds(1))
+    np.testing.assert_array_equal(outputs["pooler_output"], want)
+    asyncio.run(runner.drain(grace_s=5))
 
 
 def test_symbolic_dimensions_are_minus_one_in_the_metadata(store):

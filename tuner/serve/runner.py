@@ -19,6 +19,7 @@ says why (``allow_untuned`` serves the untuned plan instead, and the metadata sa
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -54,6 +55,8 @@ class ModelUnavailable(ServeError):
 
 #: candidate batch sizes probed for a stored plan (besides ``max_batch_size`` itself)
 _PROBED_SIZES = (2, 4, 8, 16, 32, 64)
+#: how long a request thread waits for the others to start when they are warmed at load
+_WARM_TIMEOUT_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,8 @@ class ModelRunner:
         self.plan_info: dict[str, Any] = {}
         self.batch_sizes: list[int] = [1]
         self.workers = 1
+        #: the request threads that ran the plan once before the model was ready
+        self.warm_threads: list[str] = []
         self._admitted = 0
         self._draining = False
         self._pool: ThreadPoolExecutor | None = None
@@ -127,6 +132,8 @@ class ModelRunner:
             self.plan_info.update(served)
         self._pool = ThreadPoolExecutor(max_workers=self.workers,
                                         thread_name_prefix=f"opdispatch-{self.name}")
+        if base is not None:
+            self._warm_workers(base)
         if len(self.batch_sizes) > 1:
             self._batcher = DynamicBatcher(self._run_group, self.batch_sizes,
                                            settings.max_queue_delay_ms / 1000.0)
@@ -207,6 +214,26 @@ class ModelRunner:
                 input_shapes=shapes).tune(budget_s=settings.tune_budget_s)
         self.session = Session(str(self.spec.path), store=self.store,
                                objective=settings.objective, require_plan=True)
+
+    def _warm_workers(self, base: Mapping[str, tuple[int, ...]]) -> None:
+        """Start every request thread and run the plan once on each, before the model is
+        ready: a library's per-thread state (an OpenVINO infer request, its buffers) is made on
+        a thread's first run, one thread at a time, so without this the first requests under
+        load wait behind up to ``workers`` first runs. Measured on minilm served at 16 in flight
+        (the AVX2 machine): a p99 of 2.0 s against a p50 of 0.35 s, the in-process plan's p99
+        being 0.40 s."""
+        assert self._pool is not None
+        session = self.session.for_shapes(base)
+        # each task waits until all have started, so that each runs on a thread of its own
+        started = threading.Barrier(self.workers)
+
+        def warm() -> str:
+            started.wait(timeout=_WARM_TIMEOUT_S)
+            self._run_zeros(session, base)
+            return threading.current_thread().name
+
+        self.warm_threads = [done.result()
+                             for done in [self._pool.submit(warm) for _ in range(self.workers)]]
 
     @staticmethod
     def _run_zeros(session: Any, shapes: Mapping[str, tuple[int, ...]]) -> None:
