@@ -2,9 +2,11 @@
 bench, bench/test_bench_serve.py, issue 32).
 
 It talks to ``http://127.0.0.1:PORT`` only (any other host is refused: a load generator must
-not be pointed at a machine by mistake) with Triton's HTTP client and the binary tensor data
-extension, one client (one connection) per thread, and sends random inputs made from the
-model's metadata (``GET /v2/models/NAME``; a symbolic dimension, ``-1`` there, takes the shape
+not be pointed at a machine by mistake) with the binary tensor data extension, one client (one
+kept-alive connection) per thread: by default Triton's request encoded once by Triton's own
+client and re-sent as it is (bench/raw_infer_client.py, which says why: the generator shares
+the cores it measures), or Triton's HTTP client for every request (``--client triton``). It
+sends random inputs made from the model's metadata (``GET /v2/models/NAME``; a symbolic dimension, ``-1`` there, takes the shape
 the caller names).
 
 Two modes, each bounded in time and in requests:
@@ -51,6 +53,8 @@ from tuner.load import closed_loop_rate
 
 #: the only host a load is sent to
 LOOPBACK = "127.0.0.1"
+#: the clients a load is sent with (bench/raw_infer_client.py; Triton's HTTP client)
+CLIENTS = ("raw", "triton")
 #: the percentiles reported
 PERCENTILES = (50, 90, 99)
 #: a thread whose request failed waits this long before the next one (no busy loop on a
@@ -252,12 +256,18 @@ def _check(threads: int, duration_s: float, max_requests: int, warmup_s: float,
 
 def _senders(url: str, model: str, feeds: Mapping[str, np.ndarray] | None,
              shapes: Mapping[str, Sequence[int]] | None, count: int, timeout_s: float,
-             seed: int) -> list[_Sender]:
+             seed: int, client: str = "raw") -> list[Any]:
     url = loopback_url(url)
     meta = metadata(url, model, timeout_s)
     if feeds is None:
         feeds = random_feeds(meta, shapes, seed)
     outputs = [t["name"] for t in meta.get("outputs", [])]
+    if client not in CLIENTS:
+        raise LoadError(f"unknown client {client!r}; the clients are {', '.join(CLIENTS)}")
+    if client == "raw":
+        from bench.raw_infer_client import RawInferClient
+
+        return [RawInferClient(url, model, feeds, outputs, timeout_s) for _ in range(count)]
     return [_Sender(url, model, feeds, outputs, timeout_s) for _ in range(count)]
 
 
@@ -283,14 +293,14 @@ def _report(mode: str, model: str, concurrency: int, rate: float | None,
 def run_closed(url: str, model: str, concurrency: int, duration_s: float, max_requests: int,
                *, warmup_s: float = 1.0, feeds: Mapping[str, np.ndarray] | None = None,
                shapes: Mapping[str, Sequence[int]] | None = None, timeout_s: float = 60.0,
-               seed: int = 0) -> LoadReport:
+               seed: int = 0, client: str = "raw") -> LoadReport:
     """``concurrency`` threads, one request in flight each, for ``warmup_s`` (not counted) then
     ``duration_s`` seconds or ``max_requests`` requests completed in the window, whichever
     comes first (see the module docstring). ``feeds`` default to :func:`random_feeds` of the
     model's metadata (``shapes`` for its symbolic dimensions). A thread stops at the end of the
     window; a request then in flight is finished (at most ``timeout_s``) and not counted."""
     _check(concurrency, duration_s, max_requests, warmup_s)
-    senders = _senders(url, model, feeds, shapes, concurrency, timeout_s, seed)
+    senders = _senders(url, model, feeds, shapes, concurrency, timeout_s, seed, client)
     lock = threading.Lock()
     records: list[list[Record]] = [[] for _ in range(concurrency)]
     state = {"counted": 0}
@@ -356,7 +366,7 @@ def run_open(url: str, model: str, rate: float, duration_s: float, max_requests:
              warmup_s: float = 1.0, workers: int = 32,
              feeds: Mapping[str, np.ndarray] | None = None,
              shapes: Mapping[str, Sequence[int]] | None = None, timeout_s: float = 60.0,
-             seed: int = 0) -> LoadReport:
+             seed: int = 0, client: str = "raw") -> LoadReport:
     """Requests due every ``1 / rate`` seconds for ``warmup_s`` then ``duration_s`` seconds
     (at most ``max_requests`` of them in the window), sent by ``workers`` threads; latencies
     are counted from when each request was due (see the module docstring)."""
@@ -367,7 +377,7 @@ def run_open(url: str, model: str, rate: float, duration_s: float, max_requests:
     measured = min(max_requests, max(1, math.ceil(rate * duration_s)))
     total = warm + measured
     workers = min(workers, total)
-    senders = _senders(url, model, feeds, shapes, workers, timeout_s, seed)
+    senders = _senders(url, model, feeds, shapes, workers, timeout_s, seed, client)
     lock = threading.Lock()
     state = {"next": 0}
     records: list[list[Record]] = [[] for _ in range(workers)]
@@ -455,6 +465,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=60.0,
                    help="seconds one request may take (default 60)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    p.add_argument("--client", choices=CLIENTS, default="raw",
+                   help="raw: Triton's request encoded once, re-sent on a kept-alive "
+                        "connection (bench/raw_infer_client.py, the default); triton: "
+                        "Triton's HTTP client for every request")
     p.add_argument("--json", default=None, metavar="FILE",
                    help="write the figures as JSON ('-': stdout)")
     p.add_argument("--records", action="store_true",
@@ -465,11 +479,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.rate is not None:
             report = run_open(args.url, args.model, args.rate, args.duration, args.max_requests,
                               warmup_s=args.warmup, workers=args.workers, shapes=shapes,
-                              timeout_s=args.timeout, seed=args.seed)
+                              timeout_s=args.timeout, seed=args.seed,
+                              client=args.client)
         else:
             report = run_closed(args.url, args.model, args.concurrency, args.duration,
                                 args.max_requests, warmup_s=args.warmup, shapes=shapes,
-                                timeout_s=args.timeout, seed=args.seed)
+                                timeout_s=args.timeout, seed=args.seed,
+                                client=args.client)
     except LoadError as exc:
         print(f"serve_load: error: {exc}", file=sys.stderr)
         return 2

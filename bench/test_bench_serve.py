@@ -14,7 +14,9 @@ For each model:
 
   - ``served``: ``opdispatch serve MODEL --store S --objective throughput@n=N --grpc-port 0``
     on a free loopback port, loaded by bench/serve_load.py (C threads, one request in flight
-    each, Triton's HTTP client with binary data, ``OPDISPATCH_BENCH_SERVE_WARMUP`` seconds of
+    each, with binary data; ``OPDISPATCH_BENCH_SERVE_CLIENT``, default ``raw``: Triton's
+    request encoded once and re-sent, bench/raw_infer_client.py; ``triton``: Triton's HTTP
+    client for every request), ``OPDISPATCH_BENCH_SERVE_WARMUP`` seconds of
     warm-up, default 1, then ``OPDISPATCH_BENCH_DURATION`` seconds, default 5, or at most
     ``OPDISPATCH_BENCH_SERVE_MAX_REQUESTS`` requests);
   - ``ort-kserve``: bench/ort_kserve_server.py MODEL (one onnxruntime InferenceSession with its
@@ -109,6 +111,7 @@ ROUNDS = int(os.environ.get("OPDISPATCH_BENCH_ROUNDS", "3"))
 BUDGET_S = float(os.environ.get("OPDISPATCH_BENCH_BUDGET", "60"))
 DURATION_S = float(os.environ.get("OPDISPATCH_BENCH_DURATION", "5"))
 WARMUP_S = float(os.environ.get("OPDISPATCH_BENCH_SERVE_WARMUP", "1"))
+CLIENT = os.environ.get("OPDISPATCH_BENCH_SERVE_CLIENT", "raw")
 MAX_REQUESTS = int(os.environ.get("OPDISPATCH_BENCH_SERVE_MAX_REQUESTS", "100000"))
 OPEN_FRACTION = float(os.environ.get("OPDISPATCH_BENCH_SERVE_OPEN", "0.7"))
 OPEN_WORKERS = int(os.environ.get("OPDISPATCH_BENCH_SERVE_OPEN_WORKERS", "32"))
@@ -311,7 +314,7 @@ def _load(port: int, model: str, concurrency: int, rate: float | None = None
     threads, or an open loop at ``rate`` requests per second)."""
     cmd = [sys.executable, LOAD, "--url", f"127.0.0.1:{port}", "--model", model,
            "--duration", str(DURATION_S), "--warmup", str(WARMUP_S), "--max-requests",
-           str(MAX_REQUESTS), "--json", "-", *_shape_args()]
+           str(MAX_REQUESTS), "--client", CLIENT, "--json", "-", *_shape_args()]
     if rate is None:
         cmd += ["--concurrency", str(concurrency)]
     else:

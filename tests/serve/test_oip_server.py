@@ -357,3 +357,35 @@ def test_graceful_shutdown_answers_requests_in_flight(tuned_store, tmp_path, exp
         assert code == 0 and time.monotonic() - started < 30
         np.testing.assert_allclose(result.as_numpy("pooler_output"),
                                    expected("bert", 5)["pooler_output"], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("client", ["raw", "triton"])
+def test_the_bench_load_generator_counts_answered_requests(server, client):
+    from bench.serve_load import run_closed
+
+    report = run_closed(server.http_url, "cnn", 2, duration_s=0.5, max_requests=40,
+                        warmup_s=0.1, client=client)
+    assert report.errors == 0, report.error
+    assert 0 < report.requests <= 40 and report.throughput > 0
+    assert report.p50_ms <= report.p99_ms
+
+
+def test_the_bench_raw_client_reports_refusals_and_goes_on(server):
+    from bench.raw_infer_client import RawInferClient
+
+    good = RawInferClient(server.http_url, "cnn", cnn_feeds(0), ["pooler_output"], 30)
+    wrong = {"pixel_values": np.zeros((1, 3, 32, 32), np.float32)}
+    bad = RawInferClient(server.http_url, "cnn", wrong, [], 30)
+    missing = RawInferClient(server.http_url, "nonesuch", cnn_feeds(0), [], 30)
+    try:
+        assert good.send() is None
+        refused = bad.send()
+        assert refused is not None and refused.startswith("HTTP 400")
+        assert "pixel_values" in refused
+        unknown = missing.send()
+        assert unknown is not None and unknown.startswith("HTTP 404")
+        assert bad.send().startswith("HTTP 400")  # the same connection, still answered
+        assert good.send() is None
+    finally:
+        for c in (good, bad, missing):
+            c.close()
