@@ -125,20 +125,56 @@ class RawInferClient:
         for line in lines[1:]:
             key, _, value = line.partition(":")
             headers[key.strip().lower()] = value.strip()
+        start = end + 4
+        if headers.get("transfer-encoding", "").lower() == "chunked":
+            return int(parts[1]), headers, self._chunked(sock, start, filled)
         length = headers.get("content-length", "")
         if not length.isdigit() or int(length) > _MAX_BODY:
-            raise ValueError(f"an answer without a usable Content-Length "
-                             f"(received {length or 'none'}; transfer-encoding "
-                             f"{headers.get('transfer-encoding', 'none')})")
-        start, size = end + 4, int(length)
-        if start + size > len(self._buffer):
-            self._grow(start + size)
-        while filled < start + size:
-            filled += self._recv(sock, filled)
+            raise ValueError(f"an answer without a usable Content-Length (received "
+                             f"{length or 'none'}) or chunked transfer-encoding")
+        size = int(length)
+        filled = self._fill(sock, filled, start + size)
         if filled != start + size:
             raise ValueError(f"{filled - start - size} bytes after the answer: the client sends "
                              f"one request at a time")
         return int(parts[1]), headers, self._view[start:start + size]
+
+    def _chunked(self, sock: socket.socket, start: int, filled: int) -> memoryview:
+        """The body of a chunked answer whose chunks start at ``start`` (``filled`` bytes of
+        the buffer read), joined in place from ``start``."""
+        at = body_end = start
+        while True:
+            line_end = self._buffer.find(b"\r\n", at, filled)
+            while line_end < 0:
+                if filled - at > 1024:
+                    raise ValueError("a chunk size line over 1 KiB")
+                filled = self._fill(sock, filled, filled + 1)
+                line_end = self._buffer.find(b"\r\n", at, filled)
+            text = bytes(self._buffer[at:line_end]).split(b";")[0].strip()
+            try:
+                size = int(text, 16)
+            except ValueError:
+                raise ValueError(f"a chunk size of {text[:40]!r}") from None
+            if body_end - at + size > _MAX_BODY:
+                raise ValueError(f"a chunked answer over {_MAX_BODY} bytes")
+            data = line_end + 2
+            filled = self._fill(sock, filled, data + size + 2)
+            if size == 0:  # the last chunk (no trailers expected)
+                if filled != data + 2:
+                    raise ValueError("bytes after the last chunk: the client sends one request "
+                                     "at a time")
+                return self._view[start:body_end]
+            self._buffer[body_end:body_end + size] = self._buffer[data:data + size]
+            body_end += size
+            at = data + size + 2
+
+    def _fill(self, sock: socket.socket, filled: int, wanted: int) -> int:
+        """Read until at least ``wanted`` bytes of the buffer are filled; returns how many."""
+        if wanted > len(self._buffer):
+            self._grow(wanted)
+        while filled < wanted:
+            filled += self._recv(sock, filled)
+        return filled
 
     def _recv(self, sock: socket.socket, at: int) -> int:
         received = sock.recv_into(self._view[at:])
