@@ -267,13 +267,42 @@ def _direct_types(ports: Any) -> list[np.dtype] | None:
 _FIRST_RUNS = threading.Lock()
 
 
+class _Requests:
+    """A compiled model's infer requests, each lent to one run at a time: as many as the runs
+    that were ever in flight at once on it, not one per calling thread.
+
+    Each thread used to keep its own request per compiled model. A plan of 16 streams x 1
+    thread, called from 16 threads, then made 16 requests on each stream's model (each
+    request goes to whichever stream is free): 256, each created and first run alone behind
+    ``_FIRST_RUNS`` over the first seconds of serving (measured on mobilenet_v2, the AVX2
+    machine: a first run every ~0.1 s for 6 s and a p99 of 300-800 ms at a p50 of 50-90 ms).
+    A list's ``pop`` and ``append`` are atomic: no lock on the way of every run. The last
+    request given back is lent first (its buffers are the likeliest in cache)."""
+
+    __slots__ = ("free",)
+
+    def __init__(self) -> None:
+        self.free: list[Any] = []
+
+    def take(self) -> Any | None:
+        """A free request, else ``None``: the caller creates one."""
+        try:
+            return self.free.pop()
+        except IndexError:
+            return None
+
+    def give_back(self, request: Any) -> None:
+        self.free.append(request)
+
+
 @impls.register_region("compiled", propose=propose, priority=Priority.DEFAULT, supports=_supports)
 def build_region(region: FusedNode):
-    """A region as one model compiled by OpenVINO's CPU plugin, run with an infer request per
-    thread.
+    """A region as one model compiled by OpenVINO's CPU plugin, each run on an infer request
+    of its own while it runs.
 
     A compiled model may serve several threads at once, an infer request may not (it holds one
-    run's tensors), so each thread runs through its own. Outputs are copied out of the
+    run's tensors), so each run borrows one of the model's requests (:class:`_Requests`) and
+    gives it back when its outputs are copied. Outputs are copied out of the
     request's buffers (``share_outputs=False``), which the next run of that request reuses, and
     given the dtype of the region's outputs where the plugin returned another. Its
     ``library_bytes`` attribute is what OpenVINO allocated while the model was compiled and
@@ -307,7 +336,7 @@ def build_compiled(region: FusedNode, precision: str = "f32", compile: Any = Non
     # list of inputs (measured on a ResNet-50 int8 region, 20 alternations of 15 runs in one
     # process: 1.5% of its 11.8 ms; OpenVINO 2026.4). The input dtypes, or None: never direct
     direct = _direct_types(compiled.inputs) if _direct_types(compiled.outputs) is not None else None
-    local = threading.local()
+    requests = _Requests()
 
     def infer(request: Any, feeds: list[np.ndarray]) -> list[np.ndarray]:
         """One run; the outputs as arrays of the request's buffers (valid until its next run)."""
@@ -323,21 +352,23 @@ def build_compiled(region: FusedNode, precision: str = "f32", compile: Any = Non
         # the first run is measured, its infer request's buffers included
         first = MemoryProbe().start() if pending and first_run(pending) else None
         feeds = [np.require(a, requirements="C") for a in arrays]  # keeps 0-d arrays 0-d
-        request = getattr(local, "request", None)
-        # a thread's request is created and first run alone: the first runs of several
-        # requests at once from Python threads deadlocked OpenVINO 2026.4's binding (11
-        # processes in 25 of 4 threads starting together; none in 40 with first runs alone)
+        request = requests.take()
+        # a new request is created and first run alone: the first runs of several requests
+        # at once from Python threads deadlocked OpenVINO 2026.4's binding (11 processes in 25
+        # of 4 threads starting together; none in 40 with first runs alone)
         with _FIRST_RUNS if request is None else contextlib.nullcontext():
             if request is None:
-                request = local.request = compiled.create_infer_request()
+                request = compiled.create_infer_request()
             # copied out of the request's buffers, which its next run reuses
             outs = [np.array(r, dtype=dtype) for r, dtype in zip(infer(request, feeds), dtypes)]
+        requests.give_back(request)  # not after a failed run: a new one is made instead
         if first is not None:
             grown = max(0, (first.stop() or 0) - out_bytes)
             run.library_bytes = created + grown  # type: ignore[attr-defined]
         return tuple(outs)
 
     run.library_bytes = created  # type: ignore[attr-defined]
+    run.requests = requests  # type: ignore[attr-defined]
     return run
 
 
@@ -350,17 +381,17 @@ def _run_with_edges(compiled: Any, dtypes: list[np.dtype], created: int):
 
     bf16 = np.dtype(ml_dtypes.bfloat16)
     outs_dtype = [bf16 if d == np.float32 else d for d in dtypes]
-    local = threading.local()
+    requests = _Requests()
 
     def tensor(a: np.ndarray) -> Any:
         a = np.ascontiguousarray(a)
         return Tensor(a.view(np.uint16), list(a.shape), Type.bf16) if a.dtype == bf16 else Tensor(a)
 
     def run(*arrays: np.ndarray) -> tuple[np.ndarray, ...]:
-        request = getattr(local, "request", None)
+        request = requests.take()
         with _FIRST_RUNS if request is None else contextlib.nullcontext():
             if request is None:
-                request = local.request = compiled.create_infer_request()
+                request = compiled.create_infer_request()
             for k, a in enumerate(arrays):
                 request.set_input_tensor(k, tensor(a))
             request.infer()
@@ -369,6 +400,7 @@ def _run_with_edges(compiled: Any, dtypes: list[np.dtype], created: int):
                 data = request.get_output_tensor(k).data
                 outs.append(data.view(np.uint16).view(bf16).copy() if dtype == bf16
                             else np.array(data, dtype=dtype))
+        requests.give_back(request)
         return tuple(outs)
 
     run.library_bytes = created  # type: ignore[attr-defined]

@@ -284,6 +284,36 @@ def test_concurrent_runs_give_the_sequential_outputs(reg):
     assert not errors, errors
 
 
+def test_infer_requests_are_lent_to_runs_not_kept_per_thread(reg):
+    """As many infer requests as runs were ever in flight at once: six threads one after the
+    other share one (a request per thread made six, and a plan of N streams called from N
+    threads N x N, each first run alone)."""
+    sess = Session(small_cnn(), backends=["openvino"], registry=reg, store=False)
+    (call,) = [c for c in sess.executor.calls if c.kind == "kernel"]
+    x = np.random.default_rng(0).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    (want,) = sess.run(None, {"x": x})
+    got = []
+    for _ in range(6):
+        t = threading.Thread(target=lambda: got.append(sess.run(None, {"x": x})[0]))
+        t.start()
+        t.join(timeout=120)
+    assert len(call.fn.requests.free) == 1
+    assert len(got) == 6 and all(np.array_equal(y, want) for y in got)
+
+    start = threading.Barrier(3)
+
+    def together() -> None:
+        start.wait()
+        sess.run(None, {"x": x})
+
+    threads = [threading.Thread(target=together) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert 1 <= len(call.fn.requests.free) <= 3  # as many as ran at once, given back
+
+
 def test_availability_says_how_to_install_when_openvino_is_missing(monkeypatch):
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",

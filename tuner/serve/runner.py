@@ -216,12 +216,12 @@ class ModelRunner:
                                objective=settings.objective, require_plan=True)
 
     def _warm_workers(self, base: Mapping[str, tuple[int, ...]]) -> None:
-        """Start every request thread and run the plan once on each, before the model is
-        ready: a library's per-thread state (an OpenVINO infer request, its buffers) is made on
-        a thread's first run, one thread at a time, so without this the first requests under
-        load wait behind up to ``workers`` first runs. Measured on minilm served at 16 in flight
-        (the AVX2 machine): a p99 of 2.0 s against a p50 of 0.35 s, the in-process plan's p99
-        being 0.40 s."""
+        """Start every request thread and run the plan on all of them at once, before the
+        model is ready: a library's state for a run in flight (an OpenVINO infer request and
+        its buffers, one per run at once on each stream) is made when a run first needs it,
+        one at a time, so without this the first requests under load wait behind up to
+        ``workers`` first runs. Measured on minilm served at 16 in flight (the AVX2 machine):
+        a p99 of 2.0 s against a p50 of 0.35 s, the in-process plan's p99 being 0.40 s."""
         assert self._pool is not None
         session = self.session.for_shapes(base)
         # each task waits until all have started, so that each runs on a thread of its own
