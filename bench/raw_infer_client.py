@@ -155,7 +155,7 @@ class RawInferClient:
                 size = int(text, 16)
             except ValueError:
                 raise ValueError(f"a chunk size of {text[:40]!r}") from None
-            if body_end - at + size > _MAX_BODY:
+            if body_end - start + size > _MAX_BODY:
                 raise ValueError(f"a chunked answer over {_MAX_BODY} bytes")
             data = line_end + 2
             filled = self._fill(sock, filled, data + size + 2)

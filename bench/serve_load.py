@@ -6,8 +6,8 @@ not be pointed at a machine by mistake) with the binary tensor data extension, o
 kept-alive connection) per thread: by default Triton's request encoded once by Triton's own
 client and re-sent as it is (bench/raw_infer_client.py, which says why: the generator shares
 the cores it measures), or Triton's HTTP client for every request (``--client triton``). It
-sends random inputs made from the model's metadata (``GET /v2/models/NAME``; a symbolic dimension, ``-1`` there, takes the shape
-the caller names).
+sends random inputs made from the model's metadata (``GET /v2/models/NAME``; a symbolic
+dimension, ``-1`` there, takes the shape the caller names).
 
 Two modes, each bounded in time and in requests:
 
@@ -257,13 +257,13 @@ def _check(threads: int, duration_s: float, max_requests: int, warmup_s: float,
 def _senders(url: str, model: str, feeds: Mapping[str, np.ndarray] | None,
              shapes: Mapping[str, Sequence[int]] | None, count: int, timeout_s: float,
              seed: int, client: str = "raw") -> list[Any]:
+    if client not in CLIENTS:
+        raise LoadError(f"unknown client {client!r}; the clients are {', '.join(CLIENTS)}")
     url = loopback_url(url)
     meta = metadata(url, model, timeout_s)
     if feeds is None:
         feeds = random_feeds(meta, shapes, seed)
     outputs = [t["name"] for t in meta.get("outputs", [])]
-    if client not in CLIENTS:
-        raise LoadError(f"unknown client {client!r}; the clients are {', '.join(CLIENTS)}")
     if client == "raw":
         from bench.raw_infer_client import RawInferClient
 
