@@ -144,7 +144,7 @@ def test_two_replicas_survive_a_killed_replica(ray_cluster, tuned_store, tmp_pat
 
 def test_fleet_tune_gathers_one_plan_per_node_kind(ray_cluster, tmp_path):
     from tuner.fingerprint import hardware_digest, hardware_fingerprint
-    from tuner.serve.fleet import fleet_tune
+    from tuner.fleet import fleet_tune
     from tuner.store import PlanStore
 
     bundle, kinds = fleet_tune(CNN, budget_s=4, cpus=0.5)

@@ -77,7 +77,7 @@ def cmd_fleet_tune(args: argparse.Namespace) -> int:
     if shape_sets == [{}]:
         shape_sets = []
     try:
-        from tuner.serve.fleet import fleet_tune
+        from tuner.fleet import fleet_tune
     except ImportError:
         raise UsageError("opdispatch plans fleet-tune needs Ray: pip install 'opdispatch[ray]'"
                          ) from None
