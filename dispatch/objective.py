@@ -82,7 +82,7 @@ class AccuracyTarget:
     data: str
 
     def __post_init__(self) -> None:
-        metric, budget = parse_accuracy(f"{self.metric}:{self.budget!r}")
+        budget = parse_accuracy(f"{self.metric}:{self.budget!r}")[1]
         if not self.data or not set(self.data) <= _HEX:
             raise ArgumentError(f"accuracy data digest {self.data!r}: expected the hexadecimal "
                                 "digest of the accuracy data")

@@ -34,8 +34,9 @@ from dispatch.gcpause import gc_paused
 from dispatch.graph import Graph
 from dispatch.heuristic import heuristic_plan
 from dispatch.input_shapes import DeclaredInput, ShapeSet, format_shapes
+from dispatch.objective import Objective
 from dispatch.plan import Plan
-from dispatch.plan_policy import canonical_objective, plan_backends, tune_flags
+from dispatch.plan_policy import plan_backends
 from dispatch.plan_source import PlanSource, default_plan_source
 from dispatch.registry import Registry
 from dispatch.session_batch import BatchMixin
@@ -186,7 +187,7 @@ class Session(TuningMixin, FallbackMixin, BatchMixin):
         config: Config | None = None,
         registry: Registry | None = None,
         store: Any = None,
-        objective: str = "latency",
+        objective: str | Objective = "latency",
         tune: str | None = None,
         require_plan: bool = False,
         tune_budget_s: float | None = None,
@@ -217,7 +218,7 @@ class Session(TuningMixin, FallbackMixin, BatchMixin):
             self.source.check_tune_options(tune_options)
         # an unknown objective is an error now, not a silent miss; "throughput" names its
         # concurrency, as its plans' keys do
-        objective = canonical_objective(objective)
+        objective = Objective.parse(objective).resolved()
         self.startup: dict[str, float] = {}
         self._lookup_s = 0.0
         t_stage = t0  # the plan source's set-up counts with the configuration
@@ -437,7 +438,7 @@ class Session(TuningMixin, FallbackMixin, BatchMixin):
     def _allowed_backends(self) -> list[str]:
         return plan_backends(self.registry, self.backend_order, self.backend_order)
 
-    def _stored_plan(self, store: Any, objective: str) -> Plan | None:
+    def _stored_plan(self, store: Any, objective: Objective) -> Plan | None:
         """The stored plan for this model, built into an executor, or None (with the reason
         in :attr:`plan_note` and :attr:`_miss_reasons`). The source's lookup never raises;
         a stored plan whose executor cannot be built is not used either."""
@@ -481,7 +482,7 @@ class Session(TuningMixin, FallbackMixin, BatchMixin):
             f"no usable tuned plan for model {self.graph.name!r}{shapes} (objective "
             f"{self.objective}) in the plan store {self.store_path}: {'; '.join(reasons)}; "
             f"tune it on this machine first (opdispatch tune MODEL{here}"
-            f"{tune_flags(self.objective)} --store PATH, or "
+            f"{self.objective.tune_flags()} --store PATH, or "
             f"Session(..., tune='first-run'))",
             store_path=self.store_path, reasons=reasons,
         )

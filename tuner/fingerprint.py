@@ -37,6 +37,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dispatch import graph_cache
+from dispatch.errors import ArgumentError
+from dispatch.objective import Objective
 
 if TYPE_CHECKING:
     from dispatch.graph import Graph, Node, Value
@@ -414,6 +416,16 @@ class PlanKey:
     #: (:attr:`dispatch.graph.Graph.family`): the same for the plans of every input shape of
     #: one model; not part of the key (two keys differing in it alone are equal)
     family: str = dataclasses.field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        # one objective, one key: any spelling of it (an Objective, or its parts in another
+        # order) is stored and looked up as Objective's canonical form; a stored key that does
+        # not parse is kept as it was (the store's integrity checks report it)
+        try:
+            canonical = str(Objective.parse(self.objective))
+        except ArgumentError:
+            canonical = str(self.objective)
+        object.__setattr__(self, "objective", canonical)
 
     def digest(self) -> str:
         """sha256 hex of the whole key (the store's unique ``key_digest``)."""

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from dispatch.errors import OpDispatchError
+from dispatch.objective import Objective
 from dispatch.plan_check import backends_of
 from dispatch.registry import Registry
 
@@ -179,7 +180,7 @@ def locate_plan(
     model: Any,
     store: PlanStore | None,
     *,
-    objective: str = "latency",
+    objective: str | Objective = "latency",
     backends: Sequence[str] | None = None,
     plan_id: int | None = None,
     untuned: bool = False,
@@ -194,11 +195,11 @@ def locate_plan(
     from dispatch.backend import load_registry
     from dispatch.config import Config
     from dispatch.heuristic import heuristic_plan
-    from dispatch.plan_policy import parse_objective, plan_backends, unavailable_backends
+    from dispatch.plan_policy import plan_backends, unavailable_backends
     from tuner.fingerprint import model_fingerprint
     from tuner.tune import load_graph, plan_key
 
-    parse_objective(objective)
+    objective = Objective.parse(objective).resolved()
     config = Config.load()
     registry = registry or load_registry(config.plugin_path or None)
     unknown = unavailable_backends(registry, backends or [])

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from dispatch.config import Config
 from dispatch.errors import ArgumentError
 from dispatch.graph import Graph
-from dispatch.plan_policy import nonstrict_nan, parse_objective, throughput_target
+from dispatch.objective import Objective
 from dispatch.plan_source import StoredPlanLookup
 from dispatch.registry import Registry
 from tuner.fingerprint import PlanKey, plan_key
@@ -70,7 +70,7 @@ class StorePlanSource:
 
     def lookup(
         self, store: Any, store_path: str, graph: Graph, registry: Registry,
-        backends: Sequence[str], objective: str,
+        backends: Sequence[str], objective: Objective | str,
     ) -> StoredPlanLookup:
         """The stored plan for ``graph`` (see the module docstring); never raises."""
         if not isinstance(store, PlanStore) and _absent(store_path):
@@ -117,7 +117,7 @@ class StorePlanSource:
     def tune(
         self, model: ModelLike, *, store: Any, store_path: str, graph: Graph,
         registry: Registry, config: Config, input_shapes: Mapping[str, Sequence[int]] | None,
-        objective: str, backends: Sequence[str], budget_s: float | None,
+        objective: Objective | str, backends: Sequence[str], budget_s: float | None,
         base_options: TuneOptions | None, options: Mapping[str, Any],
     ) -> TuneResult:
         """Tune ``model`` into the store with the Session's objective and backends."""
@@ -163,7 +163,7 @@ def _recover(path: str) -> str:
 
 
 def _tune_settings(
-    config: Config, objective: str, backends: Sequence[str], budget_s: float | None,
+    config: Config, objective: Objective | str, backends: Sequence[str], budget_s: float | None,
     base_options: TuneOptions | None, options: Mapping[str, Any],
 ) -> TuneOptions:
     """The Session's tuning options: ``options`` over ``base_options`` (else the configured
@@ -175,7 +175,7 @@ def _tune_settings(
     if fixed:
         raise ArgumentError(
             f"Session.tune: {', '.join(fixed)} come(s) from the session (objective "
-            f"{objective!r}, backends {list(backends)}) or the budget_s "
+            f"{str(objective)!r}, backends {list(backends)}) or the budget_s "
             f"argument; create a Session with another objective or backends instead"
         )
     unknown = sorted(set(options) - known)
@@ -185,13 +185,12 @@ def _tune_settings(
         )
     base = base_options or TuneOptions(
         budget_s=config.tune_budget_s, top_k=config.tune_top_k, progress=False)
-    name, cap = parse_objective(objective)
-    concurrency, bound = throughput_target(objective) or (None, None)
+    target = Objective.parse(objective).resolved()
     return replace(base, **options,
                    budget_s=float(budget_s if budget_s is not None else base.budget_s),
-                   objective=name, memory_cap_bytes=cap, backends=list(backends),
-                   allow_nonstrict_nan=nonstrict_nan(objective), concurrency=concurrency,
-                   max_latency_ms=bound)
+                   objective=target.name, memory_cap_bytes=target.memory_cap,
+                   backends=list(backends), allow_nonstrict_nan=target.nonstrict_nan,
+                   concurrency=target.concurrency, max_latency_ms=target.p99_ms)
 
 
 def stored_shapes(plans: PlanStore, key: PlanKey) -> list[str]:

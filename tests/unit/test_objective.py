@@ -68,10 +68,10 @@ def test_every_way_of_naming_one_objective_gives_the_same_key(data_file, tmp_pat
 
 
 def test_a_session_names_the_objective_as_the_store_does(tmp_path):
+    import onnx
+
     import dispatch
     from tests.builders import small_cnn
-
-    import onnx
 
     path = tmp_path / "cnn.onnx"
     onnx.save(small_cnn(), path)

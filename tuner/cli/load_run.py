@@ -1,8 +1,8 @@
 """``opdispatch run MODEL --concurrency N [--duration S] [--library SETUP]``: a model under
 load, measured as OpenVINO's ``benchmark_app`` does (N requests in flight from N threads, each
 sending the next as soon as the last returned; throughput and latency percentiles over a fixed
-window: :func:`tuner.load.run_load`), for the stored plan or for a plain library set up as its
-users set it up (:mod:`tuner.library_load`), so that anyone can check a throughput claim.
+window: :func:`tuner.throughput.load.run_load`), for the stored plan or for a plain library set up as its
+users set it up (:mod:`tuner.throughput.library_load`), so that anyone can check a throughput claim.
 """
 
 from __future__ import annotations
@@ -11,11 +11,14 @@ import argparse
 import json
 import sys
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from tuner.cli.args import UsageError, positive_int
+
+if TYPE_CHECKING:
+    from dispatch.objective import Objective
 
 #: the measured window when ``--duration`` is not given, seconds
 DEFAULT_WINDOW_S = 10.0
@@ -38,26 +41,34 @@ def add_arguments(r: argparse.ArgumentParser) -> None:
                         "openvino-throughput)")
 
 
-def objective_for(args: argparse.Namespace) -> str:
-    """The objective of the stored plan ``opdispatch run`` uses."""
-    objective = str(args.objective) if args.objective is not None else (
-        f"throughput@n={args.concurrency}" if args.concurrency else "latency")
+def objective_for(args: argparse.Namespace) -> Objective:
+    """The objective of the stored plan ``opdispatch run`` uses (``--objective``, else
+    ``throughput@n=N`` with ``--concurrency N``, else latency; ``--accuracy`` on ``--data`` in
+    place of any accuracy part)."""
+    from dispatch.errors import ArgumentError
+    from dispatch.objective import AccuracyTarget, Objective, parse_accuracy
+
     accuracy, data = getattr(args, "accuracy", None), getattr(args, "data", None)
     if (accuracy is None) != (data is None):
         raise UsageError("--accuracy METRIC:BUDGET and --data FILE.npz go together: the plan was "
                          "tuned for that budget on that data")
-    if accuracy is not None:
-        from dispatch.errors import ArgumentError
-        from dispatch.plan_policy import accuracy_string, parse_accuracy, split_accuracy
-        from tuner.accuracy.data import data_digest
-        from tuner.tune_types import TuningError
+    try:
+        objective = Objective.parse(str(args.objective)) if args.objective is not None else (
+            Objective("throughput", concurrency=args.concurrency) if args.concurrency
+            else Objective())
+        if accuracy is not None:
+            from tuner.accuracy.data import data_digest
+            from tuner.tune_types import TuningError
 
-        try:
-            metric, budget = parse_accuracy(accuracy)
-            objective = split_accuracy(objective)[0] + accuracy_string(metric, budget, data_digest(data))
-        except (ArgumentError, TuningError) as exc:
-            raise UsageError(str(exc)) from None
-    return objective
+            try:
+                metric, budget = parse_accuracy(accuracy)
+                objective = objective.replace(
+                    accuracy=AccuracyTarget(metric, budget, data_digest(data)))
+            except TuningError as exc:
+                raise UsageError(str(exc)) from None
+    except ArgumentError as exc:
+        raise UsageError(str(exc)) from None
+    return objective.resolved()
 
 
 def check(args: argparse.Namespace) -> None:
@@ -75,7 +86,7 @@ def window(args: argparse.Namespace) -> float:
 
 def run_library(args: argparse.Namespace, given: Mapping[str, np.ndarray]) -> int:
     """``--library SETUP --concurrency N``: the plain library under load."""
-    from tuner.library_load import SETUPS, measure_library, random_feeds
+    from tuner.throughput.library_load import SETUPS, measure_library, random_feeds
 
     if args.library not in SETUPS:
         raise UsageError(f"unknown --library {args.library!r}; known set-ups: "
@@ -92,8 +103,8 @@ def run_library(args: argparse.Namespace, given: Mapping[str, np.ndarray]) -> in
 
 def run_plan(args: argparse.Namespace, sess: Any, feeds: Mapping[str, np.ndarray], note: str) -> int:
     """``--concurrency N``: the session's plan under load, from N threads (a plan tuned to
-    run requests in batches: in batches, :func:`tuner.throughput_batch.session_load`)."""
-    from tuner.throughput_batch import session_load
+    run requests in batches: in batches, :func:`tuner.throughput.batch.session_load`)."""
+    from tuner.throughput.batch import session_load
 
     human = sys.stderr if args.json == "-" else sys.stdout
     print(sess.describe(), file=human)

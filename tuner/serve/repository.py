@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from dispatch.errors import ArgumentError
-from dispatch.plan_policy import canonical_objective
+from dispatch.objective import AccuracyTarget, Objective, parse_accuracy
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -81,7 +81,7 @@ class ServeSettings:
     def checked(self, where: str) -> ServeSettings:
         """These settings, each one checked; :class:`ArgumentError` naming ``where``."""
         try:
-            objective = canonical_objective(str(self.objective))
+            objective = Objective.parse(str(self.objective)).resolved()
         except Exception as exc:
             raise ArgumentError(f"{where}: objective: {exc}") from None
         if (self.accuracy is None) != (self.data is None):
@@ -119,29 +119,20 @@ class ServeSettings:
                 raise ArgumentError(f"{where}: shapes.{name} must be a list of positive "
                                     f"integers, received {dims!r}")
             shapes[str(name)] = tuple(dims)
-        return replace(self, objective=objective, shapes=shapes, max_queue_delay_ms=float(delay),
+        return replace(self, objective=str(objective), shapes=shapes, max_queue_delay_ms=float(delay),
                        accuracy=None, data=None)
 
 
-def _with_accuracy(objective: str, accuracy: str, data: str, where: str) -> str:
-    """``objective`` with the accuracy part of ``accuracy`` (``METRIC:BUDGET``) on ``data`` (its
+def _with_accuracy(objective: Objective, accuracy: str, data: str, where: str) -> Objective:
+    """``objective`` with the accuracy target ``accuracy`` (``METRIC:BUDGET``) on ``data`` (its
     digest) in place of any it had."""
-    from dispatch.plan_policy import (
-        NONSTRICT_NAN_SUFFIX,
-        accuracy_string,
-        parse_accuracy,
-        split_accuracy,
-    )
     from tuner.accuracy.data import data_digest
 
     try:
         metric, budget = parse_accuracy(accuracy)
-        digest = data_digest(data)
+        return objective.replace(accuracy=AccuracyTarget(metric, budget, data_digest(data)))
     except Exception as exc:
         raise ArgumentError(f"{where}: accuracy: {exc}") from None
-    base = split_accuracy(objective)[0]
-    strict = base.removesuffix(NONSTRICT_NAN_SUFFIX)
-    return strict + accuracy_string(metric, budget, digest) + base[len(strict):]
 
 
 #: every key ``config.toml`` may hold
