@@ -7,11 +7,12 @@ non-zero exit code, without a traceback.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
-
-class OpDispatchError(Exception):
-    """Base class of every error that opdispatch raises on purpose."""
+# the base classes (and the name-list helper) live below both layouts and dispatch
+from layouts.errors import LayoutError as LayoutError
+from layouts.errors import OpDispatchError as OpDispatchError
+from layouts.errors import known as known
 
 
 class ModelLoadError(OpDispatchError):
@@ -47,10 +48,6 @@ class FeedError(OpDispatchError):
 
 class RegistryError(OpDispatchError):
     """Duplicate registrations or failed lookups in a registry."""
-
-
-class LayoutError(OpDispatchError):
-    """A layout or converter lookup failed, or no conversion path exists."""
 
 
 class PlanError(OpDispatchError):
@@ -102,11 +99,3 @@ class PlanNotFoundError(OpDispatchError):
         self.store_path = store_path
         self.reasons = list(reasons)
 
-
-def known(items: Iterable[str], limit: int = 60) -> str:
-    """Format a sorted, bounded list of known names for an error message."""
-    names = sorted(set(items))
-    shown = ", ".join(names[:limit])
-    if len(names) > limit:
-        shown += f", ... ({len(names) - limit} more)"
-    return shown or "(none)"

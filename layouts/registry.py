@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from dispatch.errors import LayoutError, known
+from layouts.errors import LayoutError, known
 
 #: The standard layout's name: row-major contiguous at any rank (``nchw`` for rank-4
 #: activations). Every other layout converts to and from it; the one definition of the name.
