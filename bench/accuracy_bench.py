@@ -24,7 +24,7 @@ the best float32 library, and the cosine. The CPU and its flags are named.
 
 Under load, ``--concurrency N``: the plan is tuned with ``--objective throughput --concurrency
 N`` as well, and every set-up is measured with N requests in flight for ``--duration`` seconds
-(``tuner.library_load``, the set-ups of the throughput bench): the tuned plan's Session called
+(``tuner.throughput.library_load``, the set-ups of the throughput bench): the tuned plan's Session called
 from N threads; float32 onnxruntime one session shared (``onnxruntime f32``) and one session of
 one thread per request (``... per request``), float32 OpenVINO with its LATENCY and its
 THROUGHPUT hint; OpenVINO's default precision, the int8 models and NNCF's with the THROUGHPUT
@@ -63,7 +63,7 @@ SETUPS = ("tuned plan", "onnxruntime f32", "openvino f32", "openvino default", "
 RUNS = 20
 #: ``--skip-nncf``: NNCF's accuracy control not run (it took 863 s on MiniLM here, and failed)
 SKIP_NNCF = False
-#: under load (``--concurrency``): set-up -> (library set-up of tuner.library_load, model file,
+#: under load (``--concurrency``): set-up -> (library set-up of tuner.throughput.library_load, model file,
 #: OpenVINO pinned to float32, the single-request set-up whose outputs give its accuracy)
 LOAD_SETUPS: dict[str, tuple[str, str, bool, str]] = {
     "tuned plan": ("", "", True, "tuned plan"),
@@ -205,12 +205,12 @@ def worker(setup: str, work: Path, store: str, data_npz: str, budget: str, load:
         np.savez(work / f"out-{setup.replace(' ', '_')}.npz", **{f"{i}_{j}": o for i, os_ in enumerate(outs)
                                                                  for j, o in enumerate(os_)})
         if library:
-            from tuner.library_load import measure_library
+            from tuner.throughput.library_load import measure_library
 
             del run  # (its sessions and compiled models go before the measured ones are built)
             result = measure_library(str(work / model), library, n, seconds, feeds=held[0], float32=float32)
         else:
-            from tuner.load import run_load
+            from tuner.throughput.load import run_load
 
             result = run_load(lambda _k: run(held[0]), n, seconds, warmup_s=0.5)
         if result.errors:

@@ -16,7 +16,7 @@ Two modes, each bounded in time and in requests:
   ``duration_s`` seconds or until ``max_requests`` requests completed in it, whichever comes
   first. A request counts when it completes inside the window, wherever it started, and the
   throughput is each thread's counted requests over their span, summed
-  (``tuner.load.closed_loop_rate``, as ``tuner.load.run_load`` measures, so that in-process and
+  (``tuner.throughput.load.closed_loop_rate``, as ``tuner.throughput.load.run_load`` measures, so that in-process and
   served figures compare).
 * open loop (:func:`run_open`): requests sent at a fixed rate (one every ``1 / rate`` seconds)
   by a pool of sender threads, whatever the answers take; the latency of a request is counted
@@ -49,14 +49,12 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
-from tuner.load import closed_loop_rate
+from tuner.throughput.load import closed_loop_rate, latency_figures
 
 #: the only host a load is sent to
 LOOPBACK = "127.0.0.1"
 #: the clients a load is sent with (bench/raw_infer_client.py; Triton's HTTP client)
 CLIENTS = ("raw", "triton")
-#: the percentiles reported
-PERCENTILES = (50, 90, 99)
 #: a thread whose request failed waits this long before the next one (no busy loop on a
 #: refused connection)
 ERROR_PAUSE_S = 0.01
@@ -276,11 +274,7 @@ def _report(mode: str, model: str, concurrency: int, rate: float | None,
             cpu_s: float, late: int = 0) -> LoadReport:
     ok = np.array([r.end - r.due for r in counted if r.error is None], dtype=np.float64) * 1e3
     failed = [r for r in records if r.error is not None]
-    if ok.size:
-        p50, p90, p99 = (float(np.percentile(ok, q)) for q in PERCENTILES)
-        mean = float(ok.mean())
-    else:
-        p50 = p90 = p99 = mean = float("nan")
+    p50, p90, p99, mean = latency_figures(ok)
     window = max(window, 1e-9)
     done = sum(1 for r in counted if r.error is None)
     return LoadReport(mode=mode, model=model, concurrency=concurrency, rate=rate,

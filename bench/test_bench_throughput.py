@@ -15,7 +15,7 @@ For each model and each concurrency N:
   - ``tuned-throughput``: ``Session(MODEL, store=S, objective=f"throughput@n={N}",
     require_plan=True)`` run from N threads;
   - ``tuned-latency``: the same Session with ``objective="latency"``, run from N threads;
-  - the plain library set-ups of :data:`tuner.library_load.SETUPS`: ``onnxruntime`` (one
+  - the plain library set-ups of :data:`tuner.throughput.library_load.SETUPS`: ``onnxruntime`` (one
     InferenceSession, intra-op threads = usable cores, from N threads),
     ``onnxruntime-per-request`` (N sessions of one thread), ``openvino-latency`` (one infer
     request per thread) and ``openvino-throughput`` (an AsyncInferQueue of OpenVINO's optimal
@@ -25,7 +25,7 @@ For each model and each concurrency N:
     bench/models/export.py for the specs with ``batch_copy``; else a copy made by
     bench/models/symbolic_batch.py, which refuses a model that bakes its batch size into its
     graph), tuned for ``throughput@n=N`` at batch 1 (``--shape``) into a store of its own, so
-    that the tuner may group requests in batches (tuner/throughput_batch.py), and run as
+    that the tuner may group requests in batches (tuner/throughput/batch.py), and run as
     ``tuned-throughput`` is (in batches when its plan says so). The library set-ups run the
     static batch-1 file, as their users would. ``OPDISPATCH_BENCH_THROUGHPUT_BATCHED=0`` leaves
     it out.
@@ -62,7 +62,7 @@ pytest.importorskip("onnxruntime", reason="onnxruntime is not installed: its set
 pytest.importorskip("openvino", reason="openvino is not installed: its set-ups are baselines")
 
 from bench.test_bench_models import EXPORTED, LIGHT, _path
-from tuner.library_load import SETUPS
+from tuner.throughput.library_load import SETUPS
 
 CANDIDATES = ("squeezenet", "resnet50", "inception_v1", "shufflenet", "densenet121",
               "mobilenet_v2", "efficientnet_b0", "bert_eager", "minilm", "distilbert_s8")
@@ -141,7 +141,7 @@ def _batch_file(name: str) -> tuple[str, str] | str:
 
 def _shape_args(name: str) -> list[str]:
     """``--shape NAME=1x...`` for every input: the batch-1 shapes of the static file."""
-    from tuner.library_load import random_feeds
+    from tuner.throughput.library_load import random_feeds
 
     return [a for n, x in random_feeds(_path(name)).items()
             for a in ("--shape", f"{n}={'x'.join(map(str, x.shape))}")]

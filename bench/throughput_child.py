@@ -7,12 +7,12 @@ workers) is alive while it is timed.
 SETUP is ``tuned-throughput`` (``dispatch.Session(MODEL, store=STORE,
 objective="throughput@n=CONCURRENCY", require_plan=True)`` run from CONCURRENCY threads; a plan
 tuned to run requests in batches of B, from CONCURRENCY / B threads each sending B requests
-through ``Session.run_batch``: :func:`tuner.throughput_batch.session_load`),
+through ``Session.run_batch``: :func:`tuner.throughput.batch.session_load`),
 ``tuned-latency`` (the same with ``objective="latency"``), ``tuned-batched`` (as
 ``tuned-throughput``, for a MODEL with a symbolic batch whose plan is stored for batch 1) or
 one of the plain library set-ups
-of :data:`tuner.library_load.SETUPS`. Every set-up gets the same seeded inputs
-(:func:`tuner.library_load.random_feeds`). Prints one JSON line: ``LoadResult.to_dict()`` with
+of :data:`tuner.throughput.library_load.SETUPS`. Every set-up gets the same seeded inputs
+(:func:`tuner.throughput.library_load.random_feeds`). Prints one JSON line: ``LoadResult.to_dict()`` with
 ``setup`` added and, for the tuned set-ups, ``plan`` (the backends the plan runs and how many
 steps on each), ``serving`` (the plan's serving configuration: streams, threads; ``None`` for
 one executor called from every thread) and ``plan_note``.
@@ -34,8 +34,8 @@ TUNED = {"tuned-throughput": "throughput@n={n}", "tuned-latency": "latency",
 def measure(model: str, setup: str, concurrency: int, duration_s: float, store: str,
             warmup_s: float = 0.5) -> dict:
     """Build ``setup`` for ``model``, time it under load and return the result as a dict."""
-    from tuner.library_load import SETUPS, measure_library, random_feeds
-    from tuner.throughput_batch import session_load
+    from tuner.throughput.library_load import SETUPS, measure_library, random_feeds
+    from tuner.throughput.batch import session_load
 
     feeds = random_feeds(model)
     if setup not in TUNED:
@@ -49,7 +49,7 @@ def measure(model: str, setup: str, concurrency: int, duration_s: float, store: 
     shapes = {n: list(a.shape) for n, a in feeds.items()} if setup == "tuned-batched" else None
     sess = Session(model, store=store, objective=TUNED[setup].format(n=concurrency), require_plan=True,
                    input_shapes=shapes)
-    # from N threads; a plan tuned to run requests in batches, in batches (tuner.throughput_batch)
+    # from N threads; a plan tuned to run requests in batches, in batches (tuner.throughput.batch)
     result = session_load(sess, feeds, concurrency, duration_s, warmup_s=warmup_s)
     serving = getattr(sess.plan, "serving_config", lambda: None)()
     return {"setup": setup, **result.to_dict(), "plan": sess.plan.backends_used(),

@@ -34,6 +34,24 @@ def batch_dimension(declared: Sequence[Any]) -> str | None:
     return first if isinstance(first, str) and first else None
 
 
+def concatenate(group: Sequence[Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """The feeds of ``group`` (requests with the same inputs) as one batch: each input
+    concatenated along its first axis, in the group's order."""
+    return {name: np.concatenate([f[name] for f in group]) for name in group[0]}
+
+
+def split_outputs(outputs: Sequence[Any], sizes: Sequence[int]) -> list[list[np.ndarray]] | None:
+    """The outputs of one batched run split back per request, ``sizes[k]`` rows each (what
+    :func:`concatenate` joined); ``None`` when an output does not carry the batch (a scalar,
+    or a first axis other than the sum of ``sizes``): then nothing can be split."""
+    total = sum(sizes)
+    if any(np.ndim(o) == 0 or np.shape(o)[0] != total for o in outputs):
+        return None
+    bounds = np.cumsum(sizes)[:-1]
+    split = [np.split(np.asarray(o), bounds) for o in outputs]
+    return [[s[k] for s in split] for k in range(len(sizes))]
+
+
 class BatchMixin:
     """:meth:`run_batch` for :class:`dispatch.session.Session`."""
 
@@ -91,11 +109,5 @@ class BatchMixin:
         sizes = [next(iter(f.values())).shape[0] for f in group]
         if any(f[name].shape[0] != n for f, n in zip(group, sizes) for name in f):
             return None
-        joined = {name: np.concatenate([f[name] for f in group]) for name in group[0]}
-        outs = self.run(output_names, joined)  # type: ignore[attr-defined]
-        total = sum(sizes)
-        if any(np.ndim(o) == 0 or o.shape[0] != total for o in outs):
-            return None
-        bounds = np.cumsum(sizes)[:-1]
-        split = [np.split(o, bounds) for o in outs]
-        return [[s[k] for s in split] for k in range(len(group))]
+        outs = self.run(output_names, concatenate(group))  # type: ignore[attr-defined]
+        return split_outputs(outs, sizes)

@@ -86,8 +86,8 @@ from tuner.nonfinite import nonfinite_winner
 from tuner.optimize import Choice, Problem, Solution, evaluate, optimize
 from tuner.store import PlanStore
 from tuner.store.guarded import GuardedStore
-from tuner.throughput import MAX_REDUCED, ThroughputStage, throughput_share
-from tuner.throughput_batch import BatchedGraphs
+from tuner.throughput.stage import MAX_REDUCED, ThroughputStage, throughput_share
+from tuner.throughput.batch import BatchedGraphs
 from tuner.tune_measure import _conversion_costs, _measure_all
 from tuner.tune_types import NOISY_SPREAD, PlanCandidate, TuneOptions, TuneResult, TuningError
 from tuner.tuning_inputs import captured_values, checked_inputs, reference_outputs

@@ -145,7 +145,7 @@ class TuneResult:
 
             lines += accuracy_lines(s["accuracy"])
         if s.get("throughput"):
-            from tuner.throughput_table import throughput_lines
+            from tuner.throughput.table import throughput_lines
 
             lines.append("plans validated one request at a time, then measured under load:")
             lines += throughput_lines(s["throughput"])

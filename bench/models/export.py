@@ -89,7 +89,7 @@ MODELS: dict[str, ModelSpec] = {m.name: m for m in (
             config_kwargs=(("vocab_size", 30522), ("hidden_size", 384), ("num_hidden_layers", 6),
                            ("num_attention_heads", 12), ("intermediate_size", 1536))),
     # a short-query encoder: at sequence 8 each inference reads every weight for 8 tokens
-    # only, so grouping requests in batches pays (tuner.throughput_batch; bench/README.md)
+    # only, so grouping requests in batches pays (tuner.throughput.batch; bench/README.md)
     ModelSpec("distilbert_s8", "DistilBertModel, DistilBertConfig() defaults (distilbert-base: 6 "
               "layers, hidden 768, 12 heads), sequence 8", ("DistilBertModel", "DistilBertConfig"),
               {"input_ids": ((1, 8), "int64"), "attention_mask": ((1, 8), "int64")},

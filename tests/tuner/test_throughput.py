@@ -21,9 +21,9 @@ from dispatch import Session
 from dispatch.errors import PlanNotFoundError
 from dispatch.serving import ServingConfig
 from tests.builders import small_cnn
-from tuner.load import closed_loop_rate, run_load
 from tuner.store import PlanStore
-from tuner.throughput import serving_candidates
+from tuner.throughput.load import closed_loop_rate, run_load
+from tuner.throughput.stage import serving_candidates
 from tuner.tune import TuneOptions, TuningError, tune
 
 BUDGET_S = 12
@@ -144,7 +144,7 @@ def test_serving_candidates_start_with_the_latency_set_up():
 def test_a_stream_per_request_is_among_the_likeliest_up_to_two_per_core():
     """onnxruntime's "N x 1" (a one-thread stream per request in flight) was the best library
     set-up on six of ten models at N = 4 on 2 AVX2 cores: it is measured among the first."""
-    from tuner import throughput as tp
+    from tuner.throughput import stage as tp
 
     assert tp._priority(ServingConfig("streams", 4, 1, 4, 4), 2) == 0
     assert tp._priority(ServingConfig("streams", 2, 1, 2, 4), 2) == 0
@@ -156,7 +156,7 @@ def test_plans_much_slower_than_the_fastest_are_not_served_unless_a_librarys_own
     """A plan over MAX_SLOWDOWN times the fastest one request at a time gets no serving
     trials (its time goes to the likely winners), except the fastest plan wholly on a library
     with pools of its own (onnxruntime, OpenVINO), whose settings are what the stage tunes."""
-    from tuner import throughput as tp
+    from tuner.throughput import stage as tp
     from tuner.tune_types import PlanCandidate
 
     sets = {"numpy": ["numpy"], "native": ["native", "numpy"], "onednn": ["onednn", "numpy"],
@@ -179,8 +179,8 @@ def test_plans_take_turns_so_a_short_budget_measures_each_plans_likeliest_first(
     """The order of measurement (fakes in place of the loads: the thing under test is the order):
     the fastest plan's latency set-up, then each plan's likeliest configuration in turn
     (OpenVINO's throughput hint first in its plan's turn), then each one's second, and so on."""
-    from tuner import throughput as tp
-    from tuner.load import LoadResult
+    from tuner.throughput import stage as tp
+    from tuner.throughput.load import LoadResult
     from tuner.tune_types import PlanCandidate
 
     sessions = {b: Session(small_cnn(), backends=[b], store=False) for b in ("onnxruntime", "openvino")}
@@ -210,8 +210,8 @@ def test_a_short_budget_leaves_out_the_least_likely_configurations_not_the_likel
     thing under test is which trials the budget keeps, not the figures). With time for a few
     trials of many, the ones measured come first in the stage's priority order and the ones
     left out last."""
-    from tuner import throughput as tp
-    from tuner.load import LoadResult
+    from tuner.throughput import stage as tp
+    from tuner.throughput.load import LoadResult
     from tuner.tune_types import PlanCandidate
 
     sessions = {b: Session(small_cnn(), backends=[b], store=False) for b in ("onnxruntime", "openvino", "numpy")}
@@ -246,7 +246,7 @@ def test_a_slow_models_windows_hold_a_few_requests_per_thread():
     """The window a trial is measured in grows with the plan's latency and the concurrency
     (each thread counts about SETTLE_REQUESTS requests even if the plan ran one at a time), up
     to MAX_WINDOW_S; a fast model keeps the short windows."""
-    from tuner import throughput as tp
+    from tuner.throughput import stage as tp
     from tuner.tune_types import PlanCandidate
 
     plan = Session(small_cnn(), backends=["numpy"], store=False).plan
@@ -265,8 +265,8 @@ def test_with_one_request_in_flight_the_plan_is_chosen_on_its_validated_latency(
     window each said, and says so; at concurrency 2 the load windows decide. The measurements
     are fakes (the thing under test is the rule, not the figures): the plan validated fastest
     gets the lowest load figure."""
-    from tuner import throughput as tp
-    from tuner.load import LoadResult
+    from tuner.throughput import stage as tp
+    from tuner.throughput.load import LoadResult
     from tuner.tune_types import PlanCandidate
 
     sessions = {b: Session(small_cnn(), backends=[b], store=False) for b in ("onnxruntime", "numpy")}

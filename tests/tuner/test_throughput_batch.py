@@ -1,4 +1,4 @@
-"""Batch sizes as throughput candidates (issue 30, :mod:`tuner.throughput_batch`): only a model
+"""Batch sizes as throughput candidates (issue 30, :mod:`tuner.throughput.batch`): only a model
 with a symbolic batch tuned at batch 1 gets them; its plan run at another batch size gives each
 request what the batch-1 plan gives it alone; a winner in batches is stored with its batch size
 and beside the plan its batched runs load, which a Session, ``opdispatch run`` and the server
@@ -25,9 +25,9 @@ from dispatch import Session
 from dispatch.errors import OpDispatchError
 from dispatch.executor import Executor
 from tests.builders import small_cnn
-from tuner import throughput as tp
-from tuner.load import LoadResult
-from tuner.throughput_batch import batch_sizes, batched_call, plan_at_batch, samples, shapes_at
+from tuner.throughput import stage as tp
+from tuner.throughput.batch import batch_sizes, batched_call, plan_at_batch, samples, shapes_at
+from tuner.throughput.load import LoadResult
 from tuner.tune import TuneOptions, load_graph, tune
 
 SHAPE = [1, 3, 16, 16]

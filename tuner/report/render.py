@@ -295,7 +295,7 @@ def render_text(rep: ReportData, *, rejected: bool = False, wide: bool = False,
         if why_won_text(rep):
             parts += ["", *(textwrap.wrap(why_won_text(rep), fit) if fit else [why_won_text(rep)])]
     if (rep.summary.get("throughput") or {}).get("trials"):
-        from tuner.throughput_table import throughput_lines
+        from tuner.throughput.table import throughput_lines
 
         parts += ["", *throughput_lines(rep.summary["throughput"])[:-2]]
     if rejected and len(rep.rejections):

@@ -8,10 +8,10 @@ of the budget allows) and, for each, the serving configurations that can pay on 
 splitting the cores, more streams than cores, one onnxruntime session whose requests each run
 on their caller's thread, OpenVINO's throughput hint with its own streams; for a model with a
 symbolic batch, the fastest float32 plan's requests grouped in batches too:
-:mod:`tuner.throughput_batch`). Each is built as a
+:mod:`tuner.throughput.batch`). Each is built as a
 production process builds it (:func:`dispatch.stream_pool.build_executor`) and measured as a
 server runs it: N threads, each sending its next request when the last one returned
-(:func:`tuner.load.run_load`). A configuration over the p99 bound is rejected with its figure;
+(:func:`tuner.throughput.load.run_load`). A configuration over the p99 bound is rejected with its figure;
 the plan with the highest throughput wins (its NaN/Inf behaviour checked like any winner's:
 :func:`tuner.nonfinite.nonfinite_winner`), and its best configuration is validated end to end
 under the same concurrency — every thread's outputs against the reference — then measured once
@@ -35,9 +35,8 @@ from dispatch.registry import Registry
 from dispatch.serving import ServingConfig
 from dispatch.stream_pool import build_executor
 from impls.regions import usable_cores
-from tuner.load import LoadResult, run_load
 from tuner.measure import MODEL_TOLERANCE, check_outputs
-from tuner.throughput_batch import (
+from tuner.throughput.batch import (
     BatchedGraphs,
     batch_sizes,
     batched_call,
@@ -46,6 +45,7 @@ from tuner.throughput_batch import (
     plan_at_batch,
     samples,
 )
+from tuner.throughput.load import LoadResult, run_load
 from tuner.tune_types import PlanCandidate, TuneOptions, TuningError
 from tuner.validate import _winner
 
@@ -209,7 +209,7 @@ class ThroughputStage:
                  deadline: float, say: Callable[[str], None] | None = None,
                  batched: BatchedGraphs | None = None) -> None:
         self.graph, self.registry = graph, registry
-        #: the model at other batch sizes (a model with a symbolic batch: tuner.throughput_batch)
+        #: the model at other batch sizes (a model with a symbolic batch: tuner.throughput.batch)
         self.batched = batched
         self.batch_sizes = batch_sizes(graph, concurrency) if batched is not None else []
         #: a winner run in batches: (batch, graph, plan) of its batched runs, stored beside it
@@ -250,7 +250,7 @@ class ThroughputStage:
         order = sorted(self.trials, key=lambda t: self._rank(t, first))
         batches = [b for b in self.batch_sizes if plans]
         # the baselines and the likeliest configurations first, then the best float32 plan's
-        # requests grouped in batches (tuner.throughput_batch) on the configurations that fit
+        # requests grouped in batches (tuner.throughput.batch) on the configurations that fit
         # N / batch groups in flight, then the rest: a short budget leaves out the least likely
         likeliest = [t for t in order if id(t) in first or _priority(t.config, self.cores) == 0]
         taken = {id(t) for t in likeliest}
@@ -378,7 +378,7 @@ class ThroughputStage:
     def _caller(self, plan: Plan, config: ServingConfig) -> tuple[Callable[[], Any], int]:
         """One request of ``plan`` served with ``config`` (built here), and how many threads
         keep the concurrency: a batch size groups that many distinct samples into each call
-        (:mod:`tuner.throughput_batch`), run on the plan at that batch size."""
+        (:mod:`tuner.throughput.batch`), run on the plan at that batch size."""
         if not config.batch:
             executor = build_executor(self.graph, _with_serving(plan, config), self.registry)
             runner = executor.streams or executor

@@ -2,7 +2,7 @@
 
 :func:`run_load` is the one load loop of the project: the throughput tuner compares serving
 configurations with it (:mod:`tuner.throughput`), ``opdispatch run --concurrency N`` reports
-it for a stored plan or a plain library (:mod:`tuner.library_load`), and the throughput bench
+it for a stored plan or a plain library (:mod:`tuner.throughput.library_load`), and the throughput bench
 times every set-up through it. Like OpenVINO's ``benchmark_app``, each of the N threads sends
 its next request as soon as its previous one returns; after a warm-up, requests are counted
 for a fixed time (and at most a fixed number of them), and the figures are the completed
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -33,6 +33,16 @@ import numpy as np
 
 #: the percentiles every load figure reports
 PERCENTILES = (50, 90, 99)
+
+
+def latency_figures(latencies_ms: Sequence[float] | np.ndarray) -> tuple[float, float, float, float]:
+    """``(p50, p90, p99, mean)`` of request latencies in milliseconds, all NaN when there are
+    none: the figures of every load result (:class:`LoadResult`, the serving bench's report)."""
+    every = np.asarray(latencies_ms, dtype=np.float64)
+    if not every.size:
+        return (float("nan"),) * 4  # type: ignore[return-value]
+    p50, p90, p99 = (float(np.percentile(every, q)) for q in PERCENTILES)
+    return p50, p90, p99, float(every.mean())
 
 
 @dataclass
@@ -54,7 +64,18 @@ class LoadResult:
     errors: int = 0
     error: str | None = None
 
+    @classmethod
+    def measured(cls, concurrency: int, latencies_ms: Sequence[float] | np.ndarray, seconds: float,
+                 throughput: float, errors: Sequence[str] = ()) -> LoadResult:
+        """The result of a load whose counted requests took ``latencies_ms`` in a window of
+        ``seconds`` (:func:`latency_figures`); ``errors``: what each failed request raised."""
+        p50, p90, p99, mean = latency_figures(latencies_ms)
+        return cls(concurrency=concurrency, requests=len(latencies_ms), seconds=seconds,
+                   throughput=throughput, p50_ms=p50, p90_ms=p90, p99_ms=p99, mean_ms=mean,
+                   errors=len(errors), error=errors[0] if errors else None)
+
     def to_dict(self) -> dict[str, Any]:
+        """The figures as plain JSON values."""
         return asdict(self)
 
     def describe(self) -> str:
@@ -166,13 +187,6 @@ def run_load(
         # window (which ranked BERT-base's latency set-up at 0 in a throughput tuning)
         spans = [sorted(early[k] + spans[k]) for k in range(concurrency)]
     every = np.array([b - a for mine in spans for a, b in mine], dtype=np.float64) * 1e3
-    if every.size:
-        p50, p90, p99 = (float(np.percentile(every, q)) for q in PERCENTILES)
-        mean = float(every.mean())
-    else:
-        p50 = p90 = p99 = mean = float("nan")
     rate = closed_loop_rate([mine for k, mine in enumerate(spans) if k not in failed])
-    return LoadResult(concurrency=concurrency, requests=int(every.size), seconds=window,
-                      throughput=rate if rate is not None and not failed else every.size / window,
-                      p50_ms=p50, p90_ms=p90, p99_ms=p99,
-                      mean_ms=mean, errors=len(errors), error=errors[0] if errors else None)
+    return LoadResult.measured(concurrency, every, window,
+                               rate if rate is not None and not failed else every.size / window, errors)

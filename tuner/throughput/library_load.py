@@ -2,11 +2,11 @@
 throughput figures of a tuned plan (issue 30) against them.
 
 :func:`measure_library` runs one of :data:`SETUPS` with N requests in flight: the three
-thread-driven set-ups through :func:`tuner.load.run_load` (N Python threads, each sending its
+thread-driven set-ups through :func:`tuner.throughput.load.run_load` (N Python threads, each sending its
 next request as soon as its previous one returned), ``openvino-throughput`` through OpenVINO's
 own asynchronous queue, as its ``benchmark_app`` does. Every set-up is built before the clock
 starts (sessions created, models compiled) and measured after a warm-up; the figures are a
-:class:`~tuner.load.LoadResult` (inferences per second, p50/p90/p99 latency).
+:class:`~tuner.throughput.load.LoadResult` (inferences per second, p50/p90/p99 latency).
 
 onnxruntime and OpenVINO are imported inside the functions: the package never needs them, and
 a set-up whose library is missing raises :class:`~dispatch.errors.ArgumentError` naming the
@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from dispatch.errors import ArgumentError
-from tuner.load import PERCENTILES, LoadResult, run_load
+from tuner.throughput.load import LoadResult, run_load
 
 #: name -> what the set-up is, in the order the throughput bench shows them
 SETUPS: dict[str, str] = {
@@ -128,16 +128,9 @@ def _thread_call(model_path: str, setup: str, concurrency: int,
 def _result(concurrency: int, latencies_s: list[float], window_s: float,
             errors: list[str]) -> LoadResult:
     """A :class:`LoadResult` from the measured latencies, as :func:`run_load` makes it."""
-    every = np.asarray(latencies_s, dtype=np.float64) * 1e3
     window_s = max(1e-9, window_s)
-    if every.size:
-        p50, p90, p99 = (float(np.percentile(every, q)) for q in PERCENTILES)
-        mean = float(every.mean())
-    else:
-        p50 = p90 = p99 = mean = float("nan")
-    return LoadResult(concurrency=concurrency, requests=int(every.size), seconds=window_s,
-                      throughput=every.size / window_s, p50_ms=p50, p90_ms=p90, p99_ms=p99,
-                      mean_ms=mean, errors=len(errors), error=errors[0] if errors else None)
+    return LoadResult.measured(concurrency, np.asarray(latencies_s, dtype=np.float64) * 1e3, window_s,
+                               len(latencies_s) / window_s, errors)
 
 
 def _openvino_throughput(model_path: str, feeds: dict[str, np.ndarray], duration_s: float,
@@ -145,7 +138,7 @@ def _openvino_throughput(model_path: str, feeds: dict[str, np.ndarray], duration
     """OpenVINO's throughput set-up: an AsyncInferQueue of the compiled model's optimal number
     of jobs, a new request started as soon as a job is idle, for ``warmup_s`` (not counted)
     then ``duration_s`` seconds or ``max_requests`` completed requests. A request counts when
-    it completes inside the window, as in :func:`tuner.load.run_load`; its latency runs from
+    it completes inside the window, as in :func:`tuner.throughput.load.run_load`; its latency runs from
     ``start_async`` to its callback."""
     ov = _library("openvino")
     compiled = ov.Core().compile_model(model_path, "CPU", {"PERFORMANCE_HINT": "THROUGHPUT",

@@ -7,7 +7,7 @@ Only a model whose inputs all start with the same symbolic dimension
 model exported with batch 1 is never re-batched behind the user's back. With N requests in
 flight, a batch size ``b`` that divides N (one of :data:`BATCH_SIZES`) is measured as a
 saturated server runs it: ``N / b`` groups in flight, each of ``b`` requests, on the serving
-configurations that fit ``N / b`` requests (:func:`tuner.throughput.serving_candidates`). Each
+configurations that fit ``N / b`` requests (:func:`tuner.throughput.stage.serving_candidates`). Each
 call concatenates ``b`` distinct samples and splits the outputs back, as
 :meth:`dispatch.session.Session.run_batch` does behind the batcher, so that the copies are
 paid for; the time a request waits in the batcher's queue is not (under saturation a group
@@ -34,8 +34,8 @@ from dispatch.plan import Plan
 from dispatch.plan_assembly import order_steps, plan_conversions
 from dispatch.plan_check import validate_plan
 from dispatch.registry import Registry
-from dispatch.session_batch import batch_dimension
-from tuner.load import LoadResult, run_load
+from dispatch.session_batch import batch_dimension, concatenate, split_outputs
+from tuner.throughput.load import LoadResult, run_load
 
 #: the batch sizes measured (those dividing the concurrency)
 BATCH_SIZES = (2, 4, 8, 16)
@@ -90,11 +90,13 @@ def samples(feeds: Feeds, batch: int) -> list[dict[str, np.ndarray]]:
 
 def batched_call(run: Callable[[Feeds], Sequence[np.ndarray]], group: Sequence[Feeds]) -> list[list[np.ndarray]]:
     """``group`` run as one batch by ``run``: inputs concatenated along the first axis, every
-    output split back per request (see :meth:`dispatch.session.Session.run_batch`)."""
-    joined = {n: np.concatenate([g[n] for g in group]) for n in group[0]}
-    outs = run(joined)
-    split = [np.split(np.asarray(o), len(group)) for o in outs]  # every request is batch 1
-    return [[s[k] for s in split] for k in range(len(group))]
+    output split back per request, as :meth:`dispatch.session.Session.run_batch` does
+    (:func:`dispatch.session_batch.concatenate`, :func:`~dispatch.session_batch.split_outputs`)."""
+    outs = run(concatenate(group))
+    split = split_outputs(outs, [1] * len(group))  # every request is batch 1
+    if split is None:
+        raise ValueError(f"an output of a batch of {len(group)} does not start with the batch")
+    return split
 
 
 def per_request(result: LoadResult, batch: int, concurrency: int) -> LoadResult:
