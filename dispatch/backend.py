@@ -38,10 +38,12 @@ import os
 import sys
 import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+# the base class plugins subclass and the discovery record, re-exported from their leaf module
+from dispatch.backend_base import Backend as Backend
+from dispatch.backend_base import BackendStatus
 from dispatch.entry_points import distribution_label, entry_points
 from dispatch.errors import OpDispatchError, RegistryError
 
@@ -58,66 +60,6 @@ BUILTIN_BACKENDS: dict[str, str] = {
     "numpy": "impls.numpy.backend:NumpyBackend",
     "native": "impls.native.backend:NativeBackend",
 }
-
-
-class Backend:
-    """Base class of every backend.
-
-    Subclasses set :attr:`name` (and :attr:`device`, :attr:`conflicts`) and override
-    :meth:`availability`, :meth:`version` and :meth:`register`.
-    """
-
-    name: str = ""
-    device: str = "cpu"
-    #: names of backends that must never be active together with this one (symmetric: see
-    #: the module docstring for which one wins)
-    conflicts: tuple[str, ...] = ()
-    #: the backends whose registration this one's ``register()`` reads (their layouts, their
-    #: status), which must therefore register first when registrations are deferred
-    #: (:mod:`dispatch.backend_manifest`); ``None``: every backend registered before it
-    registration_needs: tuple[str, ...] | None = None
-    #: whether its kernels run on the process's BLAS or OpenMP thread pools, whose thread
-    #: counts a plan holds while it runs (:mod:`dispatch.blas`); a library with a pool of its
-    #: own says ``False``, and a plan that runs only on such backends sets no thread counts
-    #: (and looks no library up)
-    process_pools: bool = True
-
-    def availability(self) -> str | None:
-        """``None`` when the backend can run here, else why it cannot."""
-        return None
-
-    def version(self) -> str:
-        """Version of the library or build behind this backend (part of plan keys)."""
-        return "unknown"
-
-    def register(self, registry: Registry) -> None:
-        """Add this backend's layouts, converters, implementations and custom operator
-        schemas to ``registry``."""
-        raise NotImplementedError
-
-    def region_refusals(self) -> dict[str, str]:
-        """For a backend that runs regions of the graph: the operators it never accepts in
-        a region, with the reason (after :meth:`register`); others may still be refused
-        node by node for their attributes or dtypes. Empty for per-op backends."""
-        return {}
-
-
-@dataclass
-class BackendStatus:
-    """What became of one backend during discovery."""
-
-    name: str
-    origin: str
-    backend: Backend | None = None
-    available: bool = False
-    reason: str | None = None
-    version: str = ""
-    layouts: list[str] = field(default_factory=list)
-    implementations: int = 0
-    #: the backend that won a conflict against this one (``None``: it lost no conflict)
-    lost_to: str | None = None
-    #: custom operators (``domain::op_type``) this backend registered
-    custom_ops: list[str] = field(default_factory=list)
 
 
 Loader = Callable[[], Any]
@@ -515,45 +457,20 @@ def _register(registry: Registry, status: BackendStatus) -> bool:
     """Run the backend's ``register()``; on failure undo what it added and record why."""
     backend = status.backend
     assert backend is not None
-    before_impls = len(registry._by_name)
-    before_layouts = set(registry.layouts._layouts)
-    before_ops = set(registry.custom_ops)
-    snapshot = _snapshot(registry)
+    before = registry.snapshot()
     try:
         backend.register(registry)
     except BaseException as exc:
         if isinstance(exc, KeyboardInterrupt):
             raise
-        _restore(registry, snapshot)
+        registry.restore(before)
         status.reason = f"register() failed: {_short_error(exc)}"
         return False
     status.available = True
     status.reason = None
-    registry._note_owner(status.name, snapshot)
-    status.implementations = len(registry._by_name) - before_impls
-    status.layouts = sorted(set(registry.layouts._layouts) - before_layouts)
-    if status.name not in registry._order:
-        registry._order.append(status.name)
-    status.custom_ops = sorted(set(registry.custom_ops) - before_ops)
+    status.implementations, status.layouts, status.custom_ops = registry.note_registration(
+        status.name, before)
     return True
-
-
-def _snapshot(registry: Registry) -> tuple:
-    return (
-        dict(registry._by_name),
-        {k: list(v) for k, v in registry._by_op.items()},
-        dict(registry.layouts._layouts),
-        {k: list(v) for k, v in registry.layouts._converters.items()},
-        dict(registry.custom_ops),
-    )
-
-
-def _restore(registry: Registry, snap: tuple) -> None:
-    """Undo a backend's partial registration so a failing ``register()`` leaves no trace
-    (a custom operator schema it gave onnx stays known to onnx's checker in this process)."""
-    (registry._by_name, registry._by_op, registry.layouts._layouts, registry.layouts._converters,
-     registry.custom_ops) = snap
-    registry.layouts._paths.clear()
 
 
 _REGISTRIES: dict[tuple[str | None, tuple[str, ...]], Registry] = {}

@@ -40,8 +40,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dispatch.deferred_backends import DeferredBackend
+
 if TYPE_CHECKING:
-    from dispatch.backend import BackendStatus
+    from dispatch.backend_base import BackendStatus
     from dispatch.registry import Registry
 
 #: bumped when the manifest's content changes meaning
@@ -76,28 +78,6 @@ class Manifest:
             status, dict(entry["impls"]), tuple(entry.get("layouts") or ()),
             tuple(entry.get("converters") or ()), tuple(entry.get("names") or ()),
             None if needs is None else tuple(needs))
-
-
-@dataclass
-class DeferredBackend:
-    """A backend whose ``register()`` has not run yet: what its last full registration
-    recorded (:mod:`dispatch.backend_manifest`), enough to key plans and to find which
-    backend a name belongs to. :meth:`Registry.complete` runs the registration."""
-
-    status: BackendStatus
-    #: implementation name -> operator key
-    impls: dict[str, str]
-    layouts: tuple[str, ...] = ()
-    converters: tuple[str, ...] = ()
-    #: what keys its plans: its implementations' and (``layout:NAME``) layouts' names
-    names: tuple[str, ...] = ()
-    #: the backends whose registration must come first (``None``: every backend registered
-    #: before this one; see :attr:`dispatch.backend.Backend.registration_needs`)
-    needs: tuple[str, ...] | None = None
-
-    def __post_init__(self) -> None:
-        #: the operators it implements (asked once per graph node at start-up)
-        self.ops: frozenset[str] = frozenset(self.impls.values())
 
 
 def context(plugin_path: str | None, order: tuple[str, ...]) -> str:
@@ -158,19 +138,18 @@ def write(folder: Path, ctx: str, registry: Registry, new_modules: set[str]) -> 
     if registry.deferred:
         return
     backends = []
-    for name in registry._order:
+    for name in registry.registration_order:
         status = registry.backends.get(name)
         if status is None or not status.available:
             continue
+        # what its register() added (a backend may add another backend's: a custom
+        # operator's reference implementation)
+        impls, converters = registry.added_by(name)
         backends.append({
             "name": name, "origin": status.origin, "version": status.version,
-            # what its register() added (a backend may add another backend's: a custom
-            # operator's reference implementation)
-            "impls": {i.name: i.op for i in registry._by_name.values()
-                      if registry._owner.get(f"impl:{i.name}", i.backend) == name},
+            "impls": impls,
             "layouts": list(status.layouts),
-            "converters": [c.name for cs in registry.layouts._converters.values() for c in cs
-                           if registry._owner.get(f"converter:{c.name}", c.backend) == name],
+            "converters": converters,
             "custom_ops": list(status.custom_ops),
             # what keys its plans (tuner.fingerprint.implementation_digests)
             "names": registry.names_by_backend([name])[name],

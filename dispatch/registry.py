@@ -1,14 +1,10 @@
-"""Operator implementations and the registry that holds them.
+"""The registry of the implementations, backends and layouts known to this process.
 
-An :class:`Implementation` is one way to run one operator: a unique name such as
-``Conv.numpy.im2col``, the backend it belongs to, the layouts it consumes and produces, a
-priority, a ``supports(node)`` check that returns ``None`` or a human-readable reason, and a
-``build(node)`` function that prepares a kernel once per plan (packing weights, choosing an
-algorithm) and returns a callable run on every inference.
-
-Backends declare their implementations in an :class:`ImplTable` with a decorator and hand
-the table to the :class:`Registry` when they register; nothing is discovered by scanning
-module globals.
+Backends declare their operator implementations in an :class:`ImplTable`
+(:mod:`dispatch.implementation`, whose names this module re-exports) and hand the table to the
+:class:`Registry` when they register; nothing is discovered by scanning module globals. A
+backend's registration may be deferred until something needs it
+(:mod:`dispatch.deferred_backends`).
 
 A backend may also bring operators of an ONNX domain of its own (e.g. ``com.example``'s
 ``FastGelu``): it registers the operator's ``onnx.defs.OpSchema`` with
@@ -20,258 +16,40 @@ the tuner checks its other implementations against that reference like any other
 
 from __future__ import annotations
 
-import enum
-import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
+from dispatch.deferred_backends import Deferrals, DeferredBackend
 from dispatch.errors import RegistryError, known
 from dispatch.graph import Node, op_key
-from layouts.registry import CORE, STANDARD
+
+# what backends declare, re-exported: ``from dispatch.registry import ImplTable, Priority``
+from dispatch.implementation import REFERENCE_BACKEND as REFERENCE_BACKEND
+from dispatch.implementation import BuildFn as BuildFn
+from dispatch.implementation import Implementation as Implementation
+from dispatch.implementation import ImplTable as ImplTable
+from dispatch.implementation import Kernel as Kernel
+from dispatch.implementation import Priority as Priority
+from dispatch.implementation import SupportsFn as SupportsFn
+from layouts.registry import CORE as CORE
+from layouts.registry import STANDARD as STANDARD
 
 if TYPE_CHECKING:
-    from dispatch.backend import Backend, BackendStatus
-    from dispatch.backend_manifest import DeferredBackend
+    from dispatch.backend_base import Backend, BackendStatus
     from dispatch.op_schema import ShapeFn
-    from layouts.registry import LayoutRegistry
-
-#: A prepared kernel: called with one array (or ``None`` for an omitted optional input) per
-#: node input, in the layouts the implementation declared; returns one array or a tuple with
-#: one array per node output.
-Kernel = Callable[..., Any]
-#: Prepares a kernel for one node, once per plan.
-BuildFn = Callable[[Node], Kernel]
-#: Returns ``None`` when the implementation can run the node, else the reason it cannot.
-SupportsFn = Callable[[Node], "str | None"]
-#: Layouts per input (or output): a tuple, or a function of the node for variadic ops.
-LayoutSpec = "tuple[str, ...] | Callable[[Node], tuple[str, ...]]"
+    from layouts.registry import Converter, Layout, LayoutRegistry
 
 
-#: The backend whose implementations define every operator's semantics: the tuner checks every
-#: candidate against it and validates whole plans against an all-reference plan. A backend that
-#: brings a custom operator contributes its reference implementation under this backend name.
-REFERENCE_BACKEND = "numpy"
+class RegistrySnapshot(NamedTuple):
+    """What a registry held at one moment (:meth:`Registry.snapshot`): a backend's failed
+    registration is undone back to it, a successful one is told apart from it."""
 
-
-class Priority(enum.IntEnum):
-    """Named priority levels. Within a backend the highest priority that supports a node wins
-    in an untuned plan; a tuned plan overrides priorities with measurements, and ties within
-    the measured noise go to the higher priority."""
-
-    FALLBACK = 10
-    DEFAULT = 20
-    PREFERRED = 30
-    #: a kernel for a special case that a PREFERRED one also covers (1x1, depthwise), so the
-    #: special case wins the untuned plan
-    SPECIALISED = 35
-
-
-def _all_standard(node: Node) -> tuple[str, ...]:
-    return (STANDARD,) * len(node.inputs)
-
-
-def _outputs_standard(node: Node) -> tuple[str, ...]:
-    return (STANDARD,) * len(node.outputs)
-
-
-@dataclass(frozen=True)
-class Implementation:
-    """One registered way to run one operator."""
-
-    name: str
-    op: str
-    backend: str
-    build: BuildFn
-    priority: int = Priority.DEFAULT
-    supports_fn: SupportsFn | None = None
-    layouts_in: Any = _all_standard
-    layouts_out: Any = _outputs_standard
-    doc: str = ""
-    #: op types of the chain a fused implementation covers (empty for single-node ones)
-    pattern: tuple[str, ...] = ()
-    #: a region implementation's proposer: ``propose(graph) -> [[node name, ...], ...]``,
-    #: the convex node sets it offers to run as one step (see dispatch.fusion.region_node)
-    propose: Callable[[Any], list[list[str]]] | None = None
-    #: the library settings this implementation builds its kernels with (e.g. onnxruntime's
-    #: graph optimisation level): variants of one library differ only here, and the tuner
-    #: measures each like any other candidate; the plan records the implementation, so its
-    #: settings, and a plan is refused when the library's version changes
-    settings: Mapping[str, Any] = field(default_factory=dict)
-    #: whether it runs nodes whose shapes are known only at run time (dynamic values:
-    #: :mod:`dispatch.subgraph`); the reference backend's do, sizing outputs from the arrays
-    dynamic_shapes: bool = False
-    #: ``float32``, or a reduced precision (``bf16``, ``int8``) only accuracy tuning may choose;
-    #: ``calibrate(region, input samples) -> JSON`` what its build needs of the data (ranges)
-    precision: str = "float32"
-    calibrate: Callable[[Any, list], Any] | None = None
-
-    @property
-    def is_region(self) -> bool:
-        return self.propose is not None
-
-    def supports(self, node: Node) -> str | None:
-        """``None`` when this implementation can run ``node``, else the reason it cannot."""
-        if self.supports_fn is None:
-            return None
-        try:
-            return self.supports_fn(node)
-        except Exception as exc:  # a faulty check must not take the planner down
-            return f"supports() raised {type(exc).__name__}: {exc}"
-
-    def input_layouts(self, node: Node) -> tuple[str, ...]:
-        lay = self.layouts_in(node) if callable(self.layouts_in) else tuple(self.layouts_in)
-        return _fit(lay, len(node.inputs))
-
-    def output_layouts(self, node: Node) -> tuple[str, ...]:
-        lay = self.layouts_out(node) if callable(self.layouts_out) else tuple(self.layouts_out)
-        return _fit(lay, len(node.outputs))
-
-
-def _fit(layouts: Sequence[str], n: int) -> tuple[str, ...]:
-    """Extend a layout tuple to ``n`` entries with the standard layout (optional extras)."""
-    lay = tuple(layouts)[:n]
-    return lay + (STANDARD,) * (n - len(lay))
-
-
-class ImplTable:
-    """A backend's own table of implementations, filled with the :meth:`register` decorator."""
-
-    def __init__(self, backend: str, *, dynamic_shapes: bool = False) -> None:
-        """``dynamic_shapes``: see :attr:`Implementation.dynamic_shapes` (single-node ones)."""
-        self.backend = backend
-        self.dynamic_shapes = dynamic_shapes
-        self._impls: list[Implementation] = []
-        self._names: set[str] = set()
-
-    def register(
-        self,
-        op: str,
-        variant: str,
-        *,
-        priority: int = Priority.DEFAULT,
-        supports: SupportsFn | None = None,
-        layouts_in: Any = None,
-        layouts_out: Any = None,
-        domain: str = "",
-    ) -> Callable[[BuildFn], BuildFn]:
-        """Decorate a build function ``build(node) -> kernel`` as ``{op}.{backend}.{variant}``."""
-
-        def deco(build: BuildFn) -> BuildFn:
-            self.add(
-                Implementation(
-                    name=f"{op}.{self.backend}.{variant}",
-                    op=op_key(domain, op),
-                    backend=self.backend,
-                    build=build,
-                    priority=int(priority),
-                    supports_fn=supports,
-                    layouts_in=layouts_in if layouts_in is not None else _all_standard,
-                    layouts_out=layouts_out if layouts_out is not None else _outputs_standard,
-                    doc=(build.__doc__ or "").strip().split("\n")[0],
-                    dynamic_shapes=self.dynamic_shapes,
-                )
-            )
-            return build
-
-        return deco
-
-    def register_pattern(
-        self,
-        ops: Sequence[str],
-        variant: str,
-        *,
-        priority: int = Priority.DEFAULT,
-        supports: SupportsFn | None = None,
-        layouts_in: Any = None,
-        layouts_out: Any = None,
-    ) -> Callable[[BuildFn], BuildFn]:
-        """Decorate a fused implementation of the chain ``ops`` (e.g. ``("Conv", "Relu")``),
-        named ``Conv+Relu.{backend}.{variant}``. Its ``supports``, layout functions and build
-        function receive a :class:`dispatch.fusion.FusedNode`."""
-        from dispatch.fusion import pattern_key
-
-        ops = tuple(ops)
-        if len(ops) < 2:
-            raise RegistryError(f"a pattern covers at least two ops, received {ops}")
-        key = pattern_key(ops)
-
-        def deco(build: BuildFn) -> BuildFn:
-            self.add(
-                Implementation(
-                    name=f"{key}.{self.backend}.{variant}",
-                    op=key,
-                    backend=self.backend,
-                    build=build,
-                    priority=int(priority),
-                    supports_fn=supports,
-                    layouts_in=layouts_in if layouts_in is not None else _all_standard,
-                    layouts_out=layouts_out if layouts_out is not None else _outputs_standard,
-                    doc=(build.__doc__ or "").strip().split("\n")[0],
-                    pattern=ops,
-                )
-            )
-            return build
-
-        return deco
-
-    def register_region(
-        self,
-        variant: str,
-        *,
-        propose: Callable[[Any], list[list[str]]],
-        priority: int = Priority.DEFAULT,
-        supports: SupportsFn | None = None,
-        settings: Mapping[str, Any] | None = None,
-        dynamic_shapes: bool = False, precision: str = "float32", calibrate: Callable | None = None,
-        layouts_in: Any = None, layouts_out: Any = None) -> Callable[[BuildFn], BuildFn]:
-        """Decorate the build function of a region implementation ``Region.{backend}.{variant}``:
-        ``propose(graph)`` lists the convex node sets it offers (several granularities, so the
-        tuner can mix it with other backends); ``supports`` and ``build`` receive the region's
-        :class:`dispatch.fusion.FusedNode` (op type ``Region``). Regions read and write the
-        standard layout unless ``layouts_in`` / ``layouts_out`` say otherwise (as for single
-        ops; a reduced-precision region may hold its precision's: :mod:`layouts.precision`). ``settings`` names the library settings the build uses (shown in
-        reports; a variant of the same library with other settings is another registration).
-        ``dynamic_shapes``: its regions may hold values whose shapes are known only at run
-        time (its ``supports`` still decides node by node). ``precision``, ``calibrate``: see :class:`Implementation`."""
-        from dispatch.fusion import REGION_OP
-
-        def deco(build: BuildFn) -> BuildFn:
-            self.add(
-                Implementation(
-                    name=f"{REGION_OP}.{self.backend}.{variant}",
-                    op=REGION_OP,
-                    backend=self.backend,
-                    build=build,
-                    priority=int(priority),
-                    supports_fn=supports,
-                    doc=(build.__doc__ or "").strip().split("\n")[0],
-                    propose=propose,
-                    layouts_in=layouts_in or _all_standard, layouts_out=layouts_out or _outputs_standard,
-                    settings=dict(settings or {}),
-                    dynamic_shapes=dynamic_shapes, precision=precision, calibrate=calibrate,
-                )
-            )
-            return build
-
-        return deco
-
-    def add(self, impl: Implementation) -> None:
-        if impl.backend != self.backend:
-            raise RegistryError(
-                f"implementation {impl.name!r} declares backend {impl.backend!r} but was added "
-                f"to the table of backend {self.backend!r}"
-            )
-        if impl.name in self._names:
-            raise RegistryError(f"duplicate implementation name {impl.name!r}")
-        self._impls.append(impl)
-        self._names.add(impl.name)
-
-    def __iter__(self):
-        return iter(self._impls)
-
-    def __len__(self) -> int:
-        return len(self._impls)
+    impls: dict[str, Implementation]
+    by_op: dict[str, list[Implementation]]
+    layouts: dict[str, Layout]
+    converters: dict[tuple[str, str], list[Converter]]
+    custom_ops: dict[str, CustomOp]
 
 
 @dataclass
@@ -281,8 +59,8 @@ class Registry:
     A backend's registration may be deferred (a process that starts from a stored plan
     registers only the backends its plan runs; :mod:`dispatch.backend_manifest`): every
     accessor below completes the deferred backends it needs first, in the order a full
-    registration would have run them, so that what it returns is what it would have
-    returned had every backend registered at discovery.
+    registration would have run them (:mod:`dispatch.deferred_backends`), so that what it
+    returns is what it would have returned had every backend registered at discovery.
     """
 
     layouts: LayoutRegistry
@@ -294,81 +72,91 @@ class Registry:
     custom_ops: dict[str, CustomOp] = field(default_factory=dict)
     #: backends registered or deferred, in registration order
     _order: list[str] = field(default_factory=list)
-    _deferred: dict[str, DeferredBackend] = field(default_factory=dict)
     #: ``impl:NAME`` / ``layout:NAME`` / ``converter:NAME`` -> the backend whose
     #: registration added it (a backend may add implementations of another backend name,
     #: e.g. a custom operator's reference)
     _owner: dict[str, str] = field(default_factory=dict, repr=False)
-    _lock: threading.RLock = field(default_factory=threading.RLock, repr=False, compare=False)
-    #: runs a deferred backend's registration (dispatch.backend.complete_registration)
-    _completer: Callable[[Registry, BackendStatus], Any] | None = field(default=None, repr=False, compare=False)
-    #: the thread running deferred registrations (0: none)
-    _completing: int = 0
+    #: the backends whose registration is deferred (their lock, the thread completing them)
+    _deferrals: Deferrals = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        self.layouts._resolve = self._resolve_layouts
+        self._deferrals = Deferrals(self._order, self._reorder)
+        self.layouts._resolve = self._deferrals.resolve_layouts
 
     # -- deferred registration -------------------------------------------------------
-    def defer(self, deferred: DeferredBackend, completer: Callable[[Registry, BackendStatus], Any]) -> None:
+    def defer(self, deferred: DeferredBackend,
+              completer: Callable[[Registry, BackendStatus], Any]) -> None:
         """Record ``deferred`` as registered-to-be; ``completer(registry, status)`` runs its
         registration when it is needed (see :mod:`dispatch.backend_manifest`)."""
-        self._completer = completer
-        self._deferred[deferred.status.name] = deferred
-        self._order.append(deferred.status.name)
+        self._deferrals.add(deferred, lambda status: completer(self, status))
 
     @property
     def deferred(self) -> list[str]:
         """The backends whose registration is still deferred, in registration order."""
-        return list(self._deferred)
+        return list(self._deferrals.pending)
 
     def complete(self, backends: Iterable[str] | None = None) -> None:
         """Run the deferred registrations of ``backends`` (default: all), after those they
         need, in registration order."""
-        me = threading.get_ident()
-        if not self._deferred or self._completing == me:
-            return  # a registration running now sees the registry as it is
-        with self._lock:  # another thread's lookups wait for the registrations they need
-            wanted = list(self._deferred) if backends is None else [
-                b for b in backends if b in self._deferred]
-            if not wanted:
-                return
-            todo: set[str] = set()
-            stack = list(wanted)
-            while stack:
-                name = stack.pop()
-                if name in todo or name not in self._deferred:
-                    continue
-                todo.add(name)
-                needs = self._deferred[name].needs
-                if needs is None:
-                    needs = tuple(self._order[:self._order.index(name)])
-                stack.extend(needs)
-            assert self._completer is not None
-            self._completing = me
-            try:
-                for name in [b for b in self._order if b in todo]:
-                    self._completer(self, self._deferred.pop(name).status)
-                self._reorder()
-            finally:
-                self._completing = 0
+        self._deferrals.complete(backends)
 
     def _complete_if(self, pred: Callable[[DeferredBackend], bool]) -> None:
-        if self._completing != threading.get_ident() and (self._deferred or self._completing):
-            with self._lock:  # waits for a registration another thread runs (popped from _deferred)
-                self.complete([n for n, d in list(self._deferred.items()) if pred(d)])
+        self._deferrals.complete_if(pred)
 
-    def _note_owner(self, backend: str, before: tuple) -> None:
-        """Record ``backend`` as the registrant of what it added since snapshot ``before``
-        (:func:`dispatch.backend._snapshot`)."""
-        for name in self._by_name.keys() - before[0].keys():
+    # -- registering a backend -------------------------------------------------------
+    def snapshot(self) -> RegistrySnapshot:
+        """What the registry holds now (containers copied), before a backend registers."""
+        return RegistrySnapshot(
+            dict(self._by_name),
+            {k: list(v) for k, v in self._by_op.items()},
+            dict(self.layouts._layouts),
+            {k: list(v) for k, v in self.layouts._converters.items()},
+            dict(self.custom_ops),
+        )
+
+    def restore(self, snap: RegistrySnapshot) -> None:
+        """Undo a backend's partial registration back to ``snap``, so that a failing
+        ``register()`` leaves no trace (a custom operator schema it gave onnx stays known to
+        onnx's checker in this process)."""
+        (self._by_name, self._by_op, self.layouts._layouts, self.layouts._converters,
+         self.custom_ops) = snap
+        self.layouts._paths.clear()
+
+    def note_registration(
+        self, backend: str, since: RegistrySnapshot
+    ) -> tuple[int, list[str], list[str]]:
+        """Record ``backend`` as registered (in registration order) and as the registrant of
+        what was added since ``since``; returns how many implementations, which layouts and
+        which custom operators (sorted) it added."""
+        for name in self._by_name.keys() - since.impls.keys():
             self._owner[f"impl:{name}"] = backend
-        for name in self.layouts._layouts.keys() - before[2].keys():
+        for name in self.layouts._layouts.keys() - since.layouts.keys():
             self._owner[f"layout:{name}"] = backend
-        had = {c.name for cs in before[3].values() for c in cs}
+        had = {c.name for cs in since.converters.values() for c in cs}
         for convs in self.layouts._converters.values():
             for c in convs:
                 if c.name not in had:
                     self._owner[f"converter:{c.name}"] = backend
+        if backend not in self._order:
+            self._order.append(backend)
+        return (len(self._by_name) - len(since.impls),
+                sorted(set(self.layouts._layouts) - set(since.layouts)),
+                sorted(set(self.custom_ops) - set(since.custom_ops)))
+
+    @property
+    def registration_order(self) -> list[str]:
+        """The backends registered or deferred, in registration order."""
+        return list(self._order)
+
+    def added_by(self, backend: str) -> tuple[dict[str, str], list[str]]:
+        """What ``backend``'s registration added, without completing any deferred one: its
+        implementations (name -> operator key; a backend may add another backend's, e.g. a
+        custom operator's reference) and the names of its converters."""
+        impls = {i.name: i.op for i in self._by_name.values()
+                 if self._owner.get(f"impl:{i.name}", i.backend) == backend}
+        converters = [c.name for cs in self.layouts._converters.values() for c in cs
+                      if self._owner.get(f"converter:{c.name}", c.backend) == backend]
+        return impls, converters
 
     def _reorder(self) -> None:
         """Put implementations, layouts and converters in registration order, as a full
@@ -392,22 +180,12 @@ class Registry:
                            for k, convs in lay._converters.items()}
         lay._paths.clear()
 
-    def _resolve_layouts(self, kind: str, name: str = "") -> None:
-        """The layout registry's hook: complete the deferred backend that brings layout or
-        converter ``name`` (``kind`` ``"layout"`` or ``"converter"``), or every deferred one
-        (``"all"``)."""
-        if kind == "all":
-            self._complete_if(lambda d: True)
-        elif kind == "layout":
-            self._complete_if(lambda d: name in d.layouts)
-        else:
-            self._complete_if(lambda d: name in d.converters)
-
     def names_by_backend(self, backends: Iterable[str]) -> dict[str, list[str]]:
         """backend -> the names of its implementations and (``layout:NAME``) layouts, whether
         registered or deferred, without completing any."""
         names: dict[str, list[str]] = {b: [] for b in backends}
-        live = {b for b in names if b not in self._deferred}
+        pending = self._deferrals.pending
+        live = {b for b in names if b not in pending}
         for impl in self._by_name.values():
             if impl.backend in live:
                 names[impl.backend].append(impl.name)
@@ -415,7 +193,7 @@ class Registry:
             if getattr(lay, "backend", None) in live:
                 names[lay.backend].append(f"layout:{lay.name}")
         for b in names.keys() - live:
-            names[b] = list(self._deferred[b].names)  # as recorded by a full registration
+            names[b] = list(pending[b].names)  # as recorded by a full registration
         return names
 
     def backend_of(self, kind: str, name: str) -> str | None:
@@ -426,12 +204,14 @@ class Registry:
             found = self._by_name.get(name)
             if found is not None:
                 return found.backend
-            records = (d.status.name for d in self._deferred.values() if name in d.impls)
+            records = (d.status.name for d in self._deferrals.pending.values()
+                       if name in d.impls)
         elif kind == "converter":
             conv = self.layouts.registered_converter(name)
             if conv is not None:
                 return conv.backend
-            records = (d.status.name for d in self._deferred.values() if name in d.converters)
+            records = (d.status.name for d in self._deferrals.pending.values()
+                       if name in d.converters)
         else:
             raise ValueError(f"kind must be 'impl' or 'converter', received {kind!r}")
         return next(records, None)
@@ -440,7 +220,7 @@ class Registry:
         """The backends with an implementation of ``op`` (registered or deferred), without
         completing any."""
         found = {i.backend for i in self._by_op.get(op, ())}
-        found.update(b for b, d in self._deferred.items() if op in d.ops)
+        found.update(b for b, d in self._deferrals.pending.items() if op in d.ops)
         return found
 
     # -- implementations -------------------------------------------------------------
@@ -486,16 +266,23 @@ class Registry:
             if i.pattern and (backends is None or i.backend in backends)
         ]
 
-    def regions(self, backends: Sequence[str] | None = None, precisions: Sequence[str] | None = ("float32",)) -> list[Implementation]:
+    def regions(
+        self, backends: Sequence[str] | None = None,
+        precisions: Sequence[str] | None = ("float32",),
+    ) -> list[Implementation]:
         """Region implementations (subgraph backends), optionally of ``backends`` only, in
         that order; float32 ones unless ``precisions`` names others (``None``: all)."""
         self._complete_if(lambda d: backends is None or d.status.name in backends)
-        found = [i for i in self._by_name.values() if i.is_region and (backends is None or i.backend in backends) and (precisions is None or i.precision in precisions)]
-        rank = {b: k for k, b in enumerate(backends or ())}
-        return sorted(found, key=lambda i: (rank[i.backend], -i.priority)) if backends is not None else found
+        found = [i for i in self._by_name.values() if i.is_region
+                 and (backends is None or i.backend in backends)
+                 and (precisions is None or i.precision in precisions)]
+        if backends is None:
+            return found
+        rank = {b: k for k, b in enumerate(backends)}
+        return sorted(found, key=lambda i: (rank[i.backend], -i.priority))
 
     def has_op(self, op: str) -> bool:
-        return op in self._by_op or any(op in d.ops for d in self._deferred.values())
+        return op in self._by_op or any(op in d.ops for d in self._deferrals.pending.values())
 
     def reference_impl(self, node: Node, exclude: Iterable[str] = ()) -> Implementation | None:
         """The reference implementation of ``node``: the first implementation of the
@@ -504,7 +291,8 @@ class Registry:
         self._complete_if(lambda d: d.status.name == REFERENCE_BACKEND)
         skip = set(exclude)
         for impl in self._by_op.get(node.key_op, ()):
-            if impl.backend == REFERENCE_BACKEND and impl.name not in skip and impl.supports(node) is None:
+            if (impl.backend == REFERENCE_BACKEND and impl.name not in skip
+                    and impl.supports(node) is None):
                 return impl
         return None
 
