@@ -15,7 +15,6 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -27,9 +26,6 @@ from dispatch.guard import NonfiniteGuard
 from dispatch.plan import Plan, PlanStep
 from dispatch.plan_check import FALLBACK_WHERE, backends_of, validate_plan
 from dispatch.registry import REFERENCE_BACKEND, STANDARD, Registry
-
-if TYPE_CHECKING:
-    from dispatch.stream_pool import StreamPool
 
 #: seconds per backend, accumulated by every run in this context while it holds a dict: each
 #: call's wall time is added under its backend (``"conversion"`` for layout conversions). A
@@ -127,9 +123,6 @@ class Executor:
         self._registry = registry
         self._fallbacks: dict[int, Call] = {}
         self._fallback_lock = threading.Lock()
-        #: the streams of a plan that serves concurrent requests (built by
-        #: :func:`dispatch.stream_pool.build_executor`; this executor is the first), else ``None``
-        self.streams: StreamPool | None = None
         try:
             #: the BLAS and OpenMP thread counts in force while the plan runs (:mod:`dispatch.blas`)
             self.threads = blas.ThreadSettings.of_provenance(plan.provenance)
@@ -330,6 +323,11 @@ class Executor:
         self.memory = MemoryPlan(peak_bytes=peak, constant_bytes=const_bytes, per_call_live_bytes=per_call)
 
     # -- running -----------------------------------------------------------------------
+    @property
+    def executor(self) -> Executor:
+        """This executor: a :class:`~dispatch.plan_runner.PlanRunner` of one stream."""
+        return self
+
     def run(
         self,
         feeds: Mapping[str, np.ndarray],

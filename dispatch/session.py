@@ -43,25 +43,24 @@ from dispatch.session_batch import BatchMixin
 from dispatch.session_fallback import MAX_FAULTS as MAX_FAULTS  # re-exported
 from dispatch.session_fallback import FallbackMixin
 from dispatch.session_fallback import Fault as Fault  # re-exported
+from dispatch.session_tuning import TUNE_MODES as TUNE_MODES  # re-exported
 from dispatch.session_tuning import TuningMixin
-from dispatch.shape_sessions import MAX_SHAPES, ShapeSessions
-from dispatch.stream_pool import build_executor
+from dispatch.shape_sessions import (
+    MAX_SHAPES,
+    ShapeSessions,
+    feed_shapes_of,
+    given_shapes,
+    graph_shapes,
+)
+from dispatch.stream_pool import build_runner
 
 if TYPE_CHECKING:
     from dispatch.onnx_import import ModelLike
+    from dispatch.plan_runner import PlanRunner
 
 
-#: The values ``Session(tune=...)`` accepts.
-TUNE_MODES = (None, "first-run")
 #: The values ``Session(on_error=...)`` accepts.
 ON_ERROR_MODES = ("raise", "fallback")
-
-
-@dataclass(frozen=True)
-class _Shaped:
-    """A stand-in feed with a shape only (for :meth:`Session.for_shapes`)."""
-
-    shape: tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -274,7 +273,7 @@ class Session(TuningMixin, FallbackMixin, BatchMixin):
         self.store_path: str | None = (
             None if store is False or self.source is None
             else self.source.store_path(store, self.config))
-        self._shape_sessions = ShapeSessions(self, max_shapes)
+        self._shape_sessions = ShapeSessions(self._for_shapes, self._runs_shapes, max_shapes)
         self._input_shapes: dict[str, list[int]] | None = None
         self._stored_shapes: list[str] = []
         self._unplanned()
@@ -307,7 +306,8 @@ class Session(TuningMixin, FallbackMixin, BatchMixin):
         self.plan_source = ""
         self.plan_note = ""
         self._miss_reasons: list[str] = []
-        self._executor: Executor | None = None
+        #: runs the plan's requests (its executor, or a pool of its streams' executors)
+        self._runner: PlanRunner | None = None
         self._plan: Plan | None = None
 
     def _specialize(self, loaded: graph_cache.LoadedGraph,
@@ -351,8 +351,8 @@ class Session(TuningMixin, FallbackMixin, BatchMixin):
                     self._tune_on_first_run = True
                     self.plan_note += "; the first run tunes it"
         t_stage = self._stage("plan", t_stage)
-        if self._executor is None:
-            self._executor = build_executor(self.graph, self._plan, self.registry)
+        if self._runner is None:
+            self._runner = build_runner(self.graph, self._plan, self.registry)
         self._stage("build", t_stage)
         if self.plan_source == "store":  # the stored plan's executor was built by the lookup
             build = self.startup["plan"] + self.startup["build"] - self._lookup_s
@@ -366,6 +366,14 @@ class Session(TuningMixin, FallbackMixin, BatchMixin):
                                         self._allowed_backends(), self.config.graph_cache)
         self._specialize(loaded, given)
         self.load_seconds += time.perf_counter() - t0
+
+    def _runs_shapes(self, shapes: ShapeSet) -> Session | None:
+        """This session when it runs ``shapes`` (planned for them now when it waits for its
+        first run's shapes), else ``None`` (see :class:`ShapeSessions`)."""
+        if self.graph is None:
+            self._plan_shapes(shapes)
+            return self
+        return self if shapes == graph_shapes(self.graph) else None
 
     def _for_shapes(self, shapes: ShapeSet) -> Session:
         """A new session like this one (same model, backends, store, policies), planned for
@@ -384,40 +392,6 @@ class Session(TuningMixin, FallbackMixin, BatchMixin):
         now = time.perf_counter()
         self.startup[name] = now - since
         return now
-
-    @staticmethod
-    def _check_tuning_arguments(
-        plan: Any, overrides: Any, store: Any, tune: Any, require_plan: Any, tune_budget_s: Any,
-    ) -> None:
-        if tune not in TUNE_MODES:
-            raise ArgumentError(
-                f"tune must be one of {', '.join(map(repr, TUNE_MODES))}, received {tune!r}"
-            )
-        if tune is not None and require_plan:
-            raise ArgumentError(
-                f"tune={tune!r} and require_plan=True exclude each other: require_plan raises "
-                f"on a store miss, tune={tune!r} tunes on one"
-            )
-        wants = [w for w, on in (("tune='first-run'", tune is not None),
-                                 ("require_plan=True", bool(require_plan))) if on]
-        if wants and (plan is not None or overrides):
-            given = "plan=" if plan is not None else "overrides="
-            raise ArgumentError(
-                f"{' and '.join(wants)} cannot be combined with {given}: they concern stored "
-                f"plans, and {given} replaces the stored plan"
-            )
-        if wants and store is False:
-            raise ArgumentError(
-                f"{' and '.join(wants)} needs a plan store, received store=False; pass "
-                f"store=PATH (or None for the configured store)"
-            )
-        if tune_budget_s is not None and (
-            isinstance(tune_budget_s, bool) or not isinstance(tune_budget_s, int | float)
-            or tune_budget_s <= 0
-        ):
-            raise ArgumentError(
-                f"tune_budget_s must be a positive number of seconds, received {tune_budget_s!r}"
-            )
 
     @staticmethod
     def _find_source(source: PlanSource | None, store: Any) -> tuple[PlanSource | None, str]:
@@ -454,12 +428,12 @@ class Session(TuningMixin, FallbackMixin, BatchMixin):
             self._miss_reasons = list(found.reasons)
             return None
         try:
-            self._executor = build_executor(self.graph, found.plan, self.registry)
+            self._runner = build_runner(self.graph, found.plan, self.registry)
         except Exception as exc:  # a broken plan must never stop the model from running
             reason = f"{type(exc).__name__}: {exc}"
             self.plan_note = f"stored plan not used: {reason}"
             self._miss_reasons = [reason]
-            self._executor = None
+            self._runner = None
             return None
         self._plan = found.plan
         self.plan_source = "store"
@@ -513,32 +487,29 @@ class Session(TuningMixin, FallbackMixin, BatchMixin):
 
     @property
     def executor(self) -> Executor:
-        """The executor of the session's own input shapes."""
+        """The executor of the session's own input shapes (of the first stream when the plan
+        serves concurrent requests on several: :attr:`runner`)."""
+        return self.runner.executor
+
+    @property
+    def runner(self) -> PlanRunner:
+        """What runs the session's own input shapes: its executor, or the pool of its
+        streams' executors (:mod:`dispatch.stream_pool`)."""
         self._planned_graph()
-        assert self._executor is not None
-        return self._executor
+        assert self._runner is not None
+        return self._runner
 
     def for_shapes(self, input_shapes: Mapping[str, Sequence[int]]) -> Session:
         """The session that runs feeds of ``input_shapes`` (every input's shape, or enough
         of them to size the others through their shared symbolic dimensions): this one for
         its own shapes, else the one planned for them (planned now if need be). Its
         :attr:`plan_source`, :attr:`plan_note` and :attr:`plan` say what runs those shapes."""
-        from dispatch.input_shapes import bind, feed_shapes
-
-        shapes = bind(self.declared, input_shapes)
-        missing = [d.name for d in self.declared if d.name not in shapes]
-        if missing:
-            raise ArgumentError(
-                f"for_shapes: the shapes given ({format_shapes(dict(input_shapes))}) do not size "
-                f"input(s) {missing}; the model's inputs are "
-                + "; ".join(d.describe() for d in self.declared))
-        sized = {n: _Shaped(tuple(v)) for n, v in shapes.items()}
-        return self._shape_sessions.get(feed_shapes(self.declared, sized))
+        return self._shape_sessions.get(given_shapes(self.declared, input_shapes))
 
     def planned_shapes(self) -> list[ShapeSet]:
         """The input shapes this session has planned: its own first (when planned), then the
         other shapes' sessions kept, least recently run first."""
-        own = self._shape_sessions.own_shapes()
+        own = graph_shapes(self.graph)
         return ([own] if own is not None else []) + list(self._shape_sessions.planned())
 
     def get_inputs(self) -> list[IOInfo]:
@@ -570,7 +541,8 @@ class Session(TuningMixin, FallbackMixin, BatchMixin):
         the real shapes (``tuner.tune.tune`` takes no feeds). If tuning fails, the session
         keeps the untuned plan, says why in :attr:`plan_note` and warns (RuntimeWarning).
         """
-        target = self._shape_sessions.session_for(feeds)
+        shapes = feed_shapes_of(self.declared, feeds)
+        target = self if shapes is None else self._shape_sessions.get(shapes)
         if target is not self:
             return target.run(output_names, feeds, run_options)
         graph = self._planned_graph()

@@ -57,7 +57,7 @@ class FallbackMixin:
         (no reference implementation for the node, a converter failing, the reference raising
         too) is the whole run answered by the numpy reference plan, the last resort."""
         # a throughput plan's requests run on its streams (dispatch.stream_pool)
-        runner = self.executor.streams or self.executor
+        runner = self.runner
         if self.on_error != "fallback":
             return runner.run(feeds, names)
         try:

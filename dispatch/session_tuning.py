@@ -8,23 +8,61 @@ import logging
 import time
 import warnings
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from dispatch.compare import MODEL_TOLERANCE, check_outputs
 from dispatch.errors import ArgumentError, OpDispatchError
-from dispatch.executor import Executor
-from dispatch.stream_pool import build_executor
+from dispatch.stream_pool import build_runner
+
+if TYPE_CHECKING:
+    from dispatch.plan_runner import PlanRunner
 
 #: The logger first-run tuning announces itself on (a WARNING when it starts, since the first
 #: run then takes up to the tuning budget; INFO when it ends): route or silence it with the
 #: ``logging`` configuration of the service.
 log = logging.getLogger("opdispatch.tuning")
+#: The values ``Session(tune=...)`` accepts.
+TUNE_MODES = (None, "first-run")
 
 
 class TuningMixin:
     """Tuning a session's own input shapes into its plan store and switching to the plan."""
+
+    @staticmethod
+    def _check_tuning_arguments(
+        plan: Any, overrides: Any, store: Any, tune: Any, require_plan: Any, tune_budget_s: Any,
+    ) -> None:
+        if tune not in TUNE_MODES:
+            raise ArgumentError(
+                f"tune must be one of {', '.join(map(repr, TUNE_MODES))}, received {tune!r}"
+            )
+        if tune is not None and require_plan:
+            raise ArgumentError(
+                f"tune={tune!r} and require_plan=True exclude each other: require_plan raises "
+                f"on a store miss, tune={tune!r} tunes on one"
+            )
+        wants = [w for w, on in (("tune='first-run'", tune is not None),
+                                 ("require_plan=True", bool(require_plan))) if on]
+        if wants and (plan is not None or overrides):
+            given = "plan=" if plan is not None else "overrides="
+            raise ArgumentError(
+                f"{' and '.join(wants)} cannot be combined with {given}: they concern stored "
+                f"plans, and {given} replaces the stored plan"
+            )
+        if wants and store is False:
+            raise ArgumentError(
+                f"{' and '.join(wants)} needs a plan store, received store=False; pass "
+                f"store=PATH (or None for the configured store)"
+            )
+        if tune_budget_s is not None and (
+            isinstance(tune_budget_s, bool) or not isinstance(tune_budget_s, int | float)
+            or tune_budget_s <= 0
+        ):
+            raise ArgumentError(
+                f"tune_budget_s must be a positive number of seconds, received {tune_budget_s!r}"
+            )
 
     def tune(self, budget_s: float | None = None, **options: Any) -> Any:
         """Tune this session's model on this machine, store the plan in the session's store
@@ -41,8 +79,8 @@ class TuningMixin:
         The tuner measures and validates on random inputs of the session's (static) input
         shapes: ``tuner.tune.tune`` takes no feeds.
         """
-        result, executor = self._run_tuner(budget_s, options)
-        self._switch_to(result, executor, self._tuned_note(result, "by Session.tune"))
+        result, runner = self._run_tuner(budget_s, options)
+        self._switch_to(result, runner, self._tuned_note(result, "by Session.tune"))
         return result
 
     def _tuned_note(self, result: Any, how: str) -> str:
@@ -52,7 +90,9 @@ class TuningMixin:
         return (f"plan {result.plan_id} ({result.key.digest()[:16]}) tuned {how} and stored in "
                 f"{self.store_path}")
 
-    def _run_tuner(self, budget_s: float | None, options: Mapping[str, Any]) -> tuple[Any, Executor]:
+    def _run_tuner(
+        self, budget_s: float | None, options: Mapping[str, Any]
+    ) -> tuple[Any, PlanRunner]:
         if budget_s is not None and (isinstance(budget_s, bool)
                                      or not isinstance(budget_s, int | float) or budget_s <= 0):
             raise ArgumentError(
@@ -71,11 +111,11 @@ class TuningMixin:
             objective=self.objective, backends=self._allowed_backends(),
             budget_s=budget_s if budget_s is not None else self._tune_budget_s,
             base_options=self._tune_options, options=options)
-        return result, build_executor(self.graph, result.plan, self.registry)
+        return result, build_runner(self.graph, result.plan, self.registry)
 
-    def _switch_to(self, result: Any, executor: Executor, note: str) -> None:
+    def _switch_to(self, result: Any, runner: PlanRunner, note: str) -> None:
         self._plan = result.plan
-        self._executor = executor
+        self._runner = runner
         self.plan_source = "tuned"
         self.plan_note = note
         self.plan_key = result.key
@@ -98,8 +138,8 @@ class TuningMixin:
                     "tune` to avoid the wait", name, budget, self.objective, self.store_path)
         started = time.monotonic()
         try:
-            result, executor = self._run_tuner(None, {})
-            wrong = check_outputs(executor.run(feeds, names), outputs, [], tol=MODEL_TOLERANCE)
+            result, runner = self._run_tuner(None, {})
+            wrong = check_outputs(runner.run(feeds, names), outputs, [], tol=MODEL_TOLERANCE)
             if wrong:
                 problem = (f"tuned plan {result.plan_id} disagrees with the untuned plan on the "
                            f"first run's inputs ({wrong})")
@@ -109,7 +149,7 @@ class TuningMixin:
             self.plan_note = f"tuning on the first run failed, running the untuned plan: {problem}"
             warnings.warn(f"opdispatch: {self.plan_note}", RuntimeWarning, stacklevel=3)
             return
-        self._switch_to(result, executor, self._tuned_note(result, "on the first run"))
+        self._switch_to(result, runner, self._tuned_note(result, "on the first run"))
         log.info("opdispatch: first-run tuning of %s done in %.1f s: %s", name,
                  time.monotonic() - started, self.plan_note)
 

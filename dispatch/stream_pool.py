@@ -1,9 +1,10 @@
 """Running a plan's concurrent requests on its streams (:mod:`dispatch.serving`).
 
-:func:`build_executor` builds a plan's executor as its serving configuration says: a plan
-without one gets the one executor it always had; a throughput plan gets its first stream's
-executor, built under the configuration's settings, carrying a :class:`StreamPool` of every
-stream (:attr:`dispatch.executor.Executor.streams`) that :meth:`dispatch.session.Session.run`
+:func:`build_runner` builds what runs a plan's requests (a
+:class:`~dispatch.plan_runner.PlanRunner`) as its serving configuration says: a plan without
+one, or whose requests do not run concurrently, gets the one executor it always had (built
+under the configuration's settings); a plan serving concurrent requests gets a
+:class:`StreamPool` of every stream's executor, which :meth:`dispatch.session.Session.run`
 sends requests through. A request takes a free stream and gives it back when it ends; requests
 beyond the configuration's ``requests`` wait for one (a queue, never a lock around every run):
 that is the back-pressure a server sees.
@@ -15,6 +16,7 @@ import collections
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -25,6 +27,9 @@ from dispatch.graph import Graph
 from dispatch.plan import Plan
 from dispatch.registry import Registry
 from dispatch.serving import ServingConfig
+
+if TYPE_CHECKING:
+    from dispatch.plan_runner import PlanRunner
 
 
 class StreamPool:
@@ -78,6 +83,11 @@ class StreamPool:
         finally:
             self._give_back(ex)
 
+    @property
+    def executor(self) -> Executor:
+        """The first stream's executor (:class:`~dispatch.plan_runner.PlanRunner`)."""
+        return self.executors[0]
+
     def __len__(self) -> int:
         return len(self.executors)
 
@@ -92,9 +102,9 @@ class _Waiter:
         self.executor: Executor | None = None
 
 
-def build_executor(graph: Graph, plan: Plan, registry: Registry) -> Executor:
-    """The executor of ``plan`` as its serving configuration says (see the module docstring).
-    A plan without one: ``Executor(graph, plan, registry)``, unchanged."""
+def build_runner(graph: Graph, plan: Plan, registry: Registry) -> PlanRunner:
+    """What runs ``plan``'s requests as its serving configuration says (see the module
+    docstring). A plan without one: ``Executor(graph, plan, registry)``, unchanged."""
     config = plan.serving_config()
     if config is None:
         return Executor(graph, plan, registry)
@@ -108,7 +118,6 @@ def build_executor(graph: Graph, plan: Plan, registry: Registry) -> Executor:
                 # the requests share one executor)
                 ex.threads = replace(ex.threads, openmp=config.threads)
             executors.append(ex)
-    first = executors[0]
     if config.concurrent:
-        first.streams = StreamPool(executors, config)
-    return first
+        return StreamPool(executors, config)
+    return executors[0]

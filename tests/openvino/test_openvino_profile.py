@@ -250,7 +250,7 @@ def test_the_plans_peak_memory_counts_what_openvino_allocated(reg, tmp_path):
     assert [s.backend for s in sess.plan.steps] == ["openvino"]
     x = np.random.default_rng(0).standard_normal(sess.get_inputs()[0].shape).astype(np.float32)
     sess.run(None, {sess.get_inputs()[0].name: x})
-    mem = plan_memory(sess._executor)
+    mem = plan_memory(sess.executor)
     weights = weight_bytes(sess.graph)
     # OpenVINO holds its own copy of the weights (repacked for its kernels)
     assert mem.library_bytes > weights // 2, mem.to_dict()

@@ -156,7 +156,7 @@ def test_threads_on_one_session_get_what_one_thread_gets(backends, config):
         pytest.skip(f"backend {backends[0]} is not available here")
     served = Session(small_cnn(), backends=list(backends), store=False,
                      plan=_plan(backends, **CONFIGS[config]))
-    assert served.executor.streams is not None
+    assert isinstance(served.runner, StreamPool)
     xs = _inputs(20)
     alone = [served.run(None, {"x": x})[0] for x in xs]
     got: dict[int, np.ndarray] = {}
@@ -185,7 +185,7 @@ def test_threads_on_one_session_get_what_one_thread_gets(backends, config):
 def test_a_streams_plan_builds_one_executor_per_stream_with_its_threads():
     served = Session(small_cnn(), backends=["native", "numpy"], store=False,
                      plan=_plan(("native", "numpy"), **CONFIGS["2 streams x 1 thread"]))
-    pool = served.executor.streams
+    pool = served.runner
     assert len(pool) == 2 and pool.executors[0] is served.executor
     assert pool.executors[0] is not pool.executors[1]
     assert all(ex.threads.openmp == 1 for ex in pool.executors)
@@ -195,7 +195,7 @@ def test_onnxruntime_streams_are_sessions_of_their_thread_count():
     pytest.importorskip("onnxruntime")
     served = Session(small_cnn(), backends=["onnxruntime"], store=False,
                      plan=_plan(**CONFIGS["2 streams x 1 thread"]))
-    for ex in served.executor.streams.executors:
+    for ex in served.runner.executors:
         run = ex.calls[0].fn
         session = next(c.cell_contents for c in run.__closure__
                        if type(c.cell_contents).__name__ == "InferenceSession")

@@ -491,10 +491,9 @@ class AccuracyStage:
         """``plan`` built as a server builds it (its serving configuration: streams, library
         settings) and run on the held-out samples: its error there, and whether it is within
         the budget (what a throughput objective checks of its winner)."""
-        from dispatch.stream_pool import build_executor
+        from dispatch.stream_pool import build_runner
 
-        executor = build_executor(self.graph, plan, self.registry)
-        runner = executor.streams or executor
+        runner = build_runner(self.graph, plan, self.registry)
         got = [[np.array(o, copy=True) for o in runner.run(feeds)] for feeds in self.data.held_out]
         err = self._error(self._ref_held, got)
         return {"error": err, "figure": self.objective.figure(err), "within": self.objective.within(err)}

@@ -9,7 +9,7 @@ splitting the cores, more streams than cores, one onnxruntime session whose requ
 on their caller's thread, OpenVINO's throughput hint with its own streams; for a model with a
 symbolic batch, the fastest float32 plan's requests grouped in batches too:
 :mod:`tuner.throughput.batch`). Each is built as a
-production process builds it (:func:`dispatch.stream_pool.build_executor`) and measured as a
+production process builds it (:func:`dispatch.stream_pool.build_runner`) and measured as a
 server runs it: N threads, each sending its next request when the last one returned
 (:func:`tuner.throughput.load.run_load`). A configuration over the p99 bound is rejected with its figure;
 the plan with the highest throughput wins (its NaN/Inf behaviour checked like any winner's:
@@ -33,7 +33,7 @@ from dispatch.graph import Graph
 from dispatch.plan import Plan
 from dispatch.registry import Registry
 from dispatch.serving import ServingConfig
-from dispatch.stream_pool import build_executor
+from dispatch.stream_pool import build_runner
 from impls.regions import usable_cores
 from tuner.measure import MODEL_TOLERANCE, check_outputs
 from tuner.throughput.batch import (
@@ -380,15 +380,13 @@ class ThroughputStage:
         keep the concurrency: a batch size groups that many distinct samples into each call
         (:mod:`tuner.throughput.batch`), run on the plan at that batch size."""
         if not config.batch:
-            executor = build_executor(self.graph, _with_serving(plan, config), self.registry)
-            runner = executor.streams or executor
+            runner = build_runner(self.graph, _with_serving(plan, config), self.registry)
             feeds = self.feeds
             return (lambda: runner.run(feeds)), self.concurrency
         assert self.batched is not None
         graph = self.batched.at(config.batch)
-        executor = build_executor(graph, _with_serving(plan_at_batch(plan, graph, self.registry), config),
-                                  self.registry)
-        batch_runner = executor.streams or executor
+        batch_runner = build_runner(
+            graph, _with_serving(plan_at_batch(plan, graph, self.registry), config), self.registry)
         group = samples(self.feeds, config.batch)
         return (lambda: batched_call(batch_runner.run, group)), self.concurrency // config.batch
 
@@ -474,7 +472,7 @@ class ThroughputStage:
             return check_outputs(got, want, [], tol=MODEL_TOLERANCE)
 
         if config.batch:  # each request of a batch against the batch-1 plan run on it alone
-            alone = build_executor(self.graph, _with_serving(plan, ServingConfig()), self.registry)
+            alone = build_runner(self.graph, _with_serving(plan, ServingConfig()), self.registry)
             want = [[np.array(o, copy=True) for o in alone.run(f)]
                     for f in samples(self.feeds, config.batch)]
             wrong = self._check_concurrent(call, threads, lambda got: check_batched(got, want, agrees))
