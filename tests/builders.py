@@ -22,7 +22,8 @@ class ModelBuilder:
         self._n = 0
 
     def input(self, name: str, shape: Sequence[int | str | None], dtype=np.float32) -> str:
-        self.inputs.append(helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(np.dtype(dtype)), shape))
+        elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+        self.inputs.append(helper.make_tensor_value_info(name, elem, shape))
         return name
 
     def const(self, array: np.ndarray, name: str | None = None) -> str:
@@ -30,14 +31,17 @@ class ModelBuilder:
         self.inits.append(numpy_helper.from_array(np.asarray(array), name))
         return name
 
-    def op(self, op_type: str, inputs: Sequence[str], n_out: int = 1, name: str | None = None, **attrs) -> str | list[str]:
+    def op(self, op_type: str, inputs: Sequence[str], n_out: int = 1, name: str | None = None,
+           **attrs) -> str | list[str]:
         self._n += 1
         outs = [f"{op_type.lower()}{self._n}_{k}" for k in range(n_out)]
-        self.nodes.append(helper.make_node(op_type, list(inputs), outs, name=name or f"{op_type}_{self._n}", **attrs))
+        self.nodes.append(helper.make_node(op_type, list(inputs), outs, name=name or f"{op_type}_{self._n}",
+                                           **attrs))
         return outs[0] if n_out == 1 else outs
 
     def output(self, name: str, dtype=np.float32) -> None:
-        self.outputs.append(helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(np.dtype(dtype)), None))
+        elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+        self.outputs.append(helper.make_tensor_value_info(name, elem, None))
 
     def build(self) -> onnx.ModelProto:
         graph = helper.make_graph(self.nodes, self.name, self.inputs, self.outputs, self.inits)

@@ -97,7 +97,9 @@ _BF16_OPS = {"Relu": lambda x: np.maximum(x, 0), "Neg": np.negative}
 
 def _bf16_region_supports(region) -> str | None:
     other = sorted({n.op_type for n in region.nodes} - set(_BF16_OPS))
-    return f"the fake bf16 region runs {', '.join(sorted(_BF16_OPS))}, not {', '.join(other)}" if other else None
+    if not other:
+        return None
+    return f"the fake bf16 region runs {', '.join(sorted(_BF16_OPS))}, not {', '.join(other)}"
 
 
 @table.register_region("bf16", propose=lambda graph: [], priority=Priority.FALLBACK,
@@ -131,7 +133,8 @@ class FakeBackend(Backend):
     def register(self, registry: Registry) -> None:
         four = lambda s: (s[0], -(-s[1] // 4), s[2], s[3], 4)  # noqa: E731
         registry.layouts.add_layout(
-            Layout("tcl", "cpu", "fake", rank=4, dtypes=("float32",), physical_shape=lambda s: (s[0], s[2], s[3], s[1])),
+            Layout("tcl", "cpu", "fake", rank=4, dtypes=("float32",),
+                   physical_shape=lambda s: (s[0], s[2], s[3], s[1])),
             to_standard=from_tcl, from_standard=to_tcl,
         )
         registry.layouts.add_layout(

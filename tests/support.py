@@ -57,7 +57,9 @@ def reference_outputs(
     graph = helper.make_graph(
         [proto],
         "g",
-        [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(np.asarray(a).dtype), np.asarray(a).shape) for n, a in feeds.items()],
+        [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(np.asarray(a).dtype),
+                                       np.asarray(a).shape)
+         for n, a in feeds.items()],
         [helper.make_tensor_value_info(o, onnx.TensorProto.UNDEFINED, None) for o in proto.output],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])

@@ -128,7 +128,8 @@ def test_config_shows_sources(tmp_path):
     import os
 
     env = dict(os.environ, OPDISPATCH_THREADS="1", OPDISPATCH_CONFIG=str(tmp_path / "none.toml"))
-    res = subprocess.run([sys.executable, "-m", "tuner.cli", "config"], capture_output=True, text=True, env=env)
+    res = subprocess.run([sys.executable, "-m", "tuner.cli", "config"], capture_output=True, text=True,
+                         env=env)
     assert res.returncode == 0, res.stderr
     assert "environment OPDISPATCH_THREADS" in res.stdout
 

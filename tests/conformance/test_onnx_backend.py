@@ -37,16 +37,20 @@ EXCLUDED: dict[str, str] = {
 }
 
 #: node tests whose intermediate shapes follow the values of a graph input
-DATA_DEPENDENT = (r"^test_center_crop_pad_.*_expanded$|^test_reduce_log_sum_(asc_axes|desc_axes|empty_set|negative_axes)_expanded$"
+DATA_DEPENDENT = (r"^test_center_crop_pad_.*_expanded$"
+                  r"|^test_reduce_log_sum_(asc_axes|desc_axes|empty_set|negative_axes)_expanded$"
                   r"|^test_(blackman|hamming|hann)window(_symmetric)?_expanded$"
-                  r"|^test_reduce_(l2|log_sum_exp)_(do_not_keepdims|keep_dims|keepdims|negative_axes|empty_set).*_expanded$")
+                  r"|^test_reduce_(l2|log_sum_exp)"
+                  r"_(do_not_keepdims|keep_dims|keepdims|negative_axes|empty_set).*_expanded$")
 
 #: regular expressions of excluded families -> why
 EXCLUDED_PATTERNS: dict[str, str] = {
-    r"(?i)bfloat16|_bf16|float8|float4|int4|int2|e4m3|e5m2|e8m0": "numpy has no bfloat16 / float8 / float4 / int4 / int2 dtypes",
+    r"(?i)bfloat16|_bf16|float8|float4|int4|int2|e4m3|e5m2|e8m0":
+        "numpy has no bfloat16 / float8 / float4 / int4 / int2 dtypes",
     r"(?i)_string": "string tensors are out of scope",
     r"_sequence|_opt(_|$)|optional": "sequence and optional types are out of scope",
-    r"training_mode|^test_training_dropout": "training mode is out of scope for an inference dispatcher (supports() rejects it with that reason)",
+    r"training_mode|^test_training_dropout":
+        "training mode is out of scope for an inference dispatcher (supports() rejects it with that reason)",
     r"^test_not_[234]d$": "the model uses opset 1; supported opsets start at 7",
 }
 
@@ -183,7 +187,8 @@ def test_squeezenet_real_model_logits():
     model = onnx.load(os.path.join(data, "light_squeezenet.onnx"))
     x = (np.arange(3 * 224 * 224).reshape(1, 3, 224, 224) / (3 * 224 * 224)).astype(np.float32)
     softmax = next(n for n in model.graph.node if n.op_type == "Softmax")
-    model.graph.output.append(onnx.helper.make_tensor_value_info(softmax.input[0], onnx.TensorProto.FLOAT, None))
+    model.graph.output.append(
+        onnx.helper.make_tensor_value_info(softmax.input[0], onnx.TensorProto.FLOAT, None))
     expected = ReferenceEvaluator(model).run([softmax.input[0]], {"data_0": x})[0]
     ref = Session(model, backends=["numpy"]).run([softmax.input[0]], {"data_0": x})[0]
     np.testing.assert_allclose(ref, expected, rtol=1e-5)

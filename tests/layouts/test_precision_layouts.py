@@ -81,8 +81,9 @@ def test_fp16_is_the_nearest_half_and_saturates_to_inf():
 
 
 def _onnx_run(node: onnx.NodeProto, feeds: dict[str, np.ndarray], outputs: list[str], opset: int = 21):
-    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info(k, TensorProto.UNDEFINED, None) for k in feeds],
-                              [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None) for o in outputs])
+    ins = [helper.make_tensor_value_info(k, TensorProto.UNDEFINED, None) for k in feeds]
+    outs = [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None) for o in outputs]
+    graph = helper.make_graph([node], "g", ins, outs)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     return ReferenceEvaluator(model).run(None, feeds)
 
@@ -93,7 +94,8 @@ def _onnx_run(node: onnx.NodeProto, feeds: dict[str, np.ndarray], outputs: list[
                                np.zeros((3,), np.float32)], ids=["mixed", "positive", "negative", "zeros"])
 def test_u8_is_onnx_dynamic_quantize_linear_and_back(x):
     q = to_u8(x, x.shape)
-    y, scale, zp = _onnx_run(helper.make_node("DynamicQuantizeLinear", ["x"], ["y", "s", "z"]), {"x": x}, ["y", "s", "z"])
+    y, scale, zp = _onnx_run(helper.make_node("DynamicQuantizeLinear", ["x"], ["y", "s", "z"]), {"x": x},
+                             ["y", "s", "z"])
     assert isinstance(q, QuantizedArray) and q.dtype == np.uint8
     np.testing.assert_array_equal(np.asarray(q), y)
     assert q.scale == scale and q.zero_point == zp
@@ -138,7 +140,8 @@ def test_quantize_and_dequantize_linear_match_onnx_reference(case):
     np.testing.assert_array_equal(got, expect)
     (deq,) = _onnx_run(helper.make_node("DequantizeLinear", ["y", "s", "z"], ["out"], axis=1, **attrs),
                        {"y": expect, "s": np.asarray(scale), "z": np.asarray(zp)}, ["out"])
-    np.testing.assert_array_equal(dequantize_linear(expect, np.asarray(scale), np.asarray(zp), axis=1, **attrs), deq)
+    np.testing.assert_array_equal(
+        dequantize_linear(expect, np.asarray(scale), np.asarray(zp), axis=1, **attrs), deq)
 
 
 def test_a_per_axis_scale_of_the_wrong_length_names_both():
@@ -188,7 +191,8 @@ def _step(graph: Graph, reg, impl_name: str, names: list[str]) -> PlanStep:
     if impl.is_region:
         node = region_node(graph, names)
         return PlanStep(nodes=names, op=REGION_OP, impl=impl.name, backend=impl.backend,
-                        layouts_in=list(impl.input_layouts(node)), layouts_out=list(impl.output_layouts(node)),
+                        layouts_in=list(impl.input_layouts(node)),
+                        layouts_out=list(impl.output_layouts(node)),
                         precision={"dtype": impl.precision})
     node = graph.node(names[0])
     return PlanStep(nodes=names, op=node.op_type, impl=impl.name, backend=impl.backend,

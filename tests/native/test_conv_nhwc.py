@@ -44,14 +44,16 @@ def conv_cases(draw, mode: str | None = None):
     else:
         c, m = draw(st.integers(1, 37)), draw(st.integers(1, 37))
     k = (1, 1) if mode == "1x1" else (draw(st.integers(1, 4)), draw(st.integers(1, 4)))
-    strides = [1, 1] if mode == "1x1" and draw(st.booleans()) else [draw(st.integers(1, 2)), draw(st.integers(1, 3))]
+    strides = ([1, 1] if mode == "1x1" and draw(st.booleans())
+               else [draw(st.integers(1, 2)), draw(st.integers(1, 3))])
     dil = [1, 1] if mode == "1x1" else [draw(st.integers(1, 2)), draw(st.integers(1, 2))]
     h, w = draw(st.integers(1, 9)), draw(st.integers(1, 14))
     auto_pad = draw(st.sampled_from(["NOTSET", "NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"]))
     attrs: dict = {"strides": strides, "dilations": dil, "group": group}
     ext = [(k[i] - 1) * dil[i] + 1 for i in range(2)]
     if auto_pad == "NOTSET":
-        pads = [0, 0, 0, 0] if mode == "1x1" and draw(st.booleans()) else [draw(st.integers(0, 2)) for _ in range(4)]
+        pads = ([0, 0, 0, 0] if mode == "1x1" and draw(st.booleans())
+                else [draw(st.integers(0, 2)) for _ in range(4)])
         attrs["pads"] = pads
         span = [h + pads[0] + pads[2], w + pads[1] + pads[3]]
     else:

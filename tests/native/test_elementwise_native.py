@@ -36,7 +36,8 @@ def test_binary_same_shape_every_layout(shape, op):
 
 @pytest.mark.parametrize(
     ("sa", "sb"),
-    [((2, 3, 4, 5), (3, 1, 1)), ((4, 5), (5,)), ((1,), (3, 4)), ((2, 1, 4), (3, 1)), ((), (2, 2)), ((3, 4), ())],
+    [((2, 3, 4, 5), (3, 1, 1)), ((4, 5), (5,)), ((1,), (3, 4)), ((2, 1, 4), (3, 1)), ((), (2, 2)),
+     ((3, 4), ())],
 )
 @pytest.mark.parametrize("op", ["Add", "Sub", "Mul", "Div"])
 def test_binary_broadcast(sa, sb, op):

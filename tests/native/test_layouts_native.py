@@ -76,9 +76,11 @@ def test_non_contiguous_input_is_converted_correctly():
         (lambda m: m.nchw_to_blocked(np.zeros((1, 3, 2, 2), np.float64), 16), "float32"),
         (lambda m: m.nchw_to_blocked(np.zeros((1, 3, 2), np.float32), 16), "rank-4"),
         (lambda m: m.nchw_to_blocked(np.zeros((1, 3, 2, 2), np.float32), 4), "block must be 8 or 16"),
-        (lambda m: m.blocked_to_nchw(np.zeros((1, 1, 2, 2, 16), np.float32), [1, 17, 2, 2], 16), "expected shape"),
+        (lambda m: m.blocked_to_nchw(np.zeros((1, 1, 2, 2, 16), np.float32), [1, 17, 2, 2], 16),
+         "expected shape"),
         (lambda m: m.nchw_to_nhwc(np.zeros((1, 3, 4, 4), np.float32)[:, :, ::2]), "C-contiguous"),
-        (lambda m: m.blocked_to_nhwc(np.zeros((1, 1, 2, 2, 16), np.float32), [1, 3, 2], 16), r"\(N, C, H, W\)"),
+        (lambda m: m.blocked_to_nhwc(np.zeros((1, 1, 2, 2, 16), np.float32), [1, 3, 2], 16),
+         r"\(N, C, H, W\)"),
     ],
 )
 def test_bad_input_raises_value_error(call, match):

@@ -534,12 +534,14 @@ _X = np.zeros((1, 2, 4, 5), np.float32)
 _S = np.array([1, 1, 1.3, 1.5], np.float32)  # fractional resized lengths 5.2 and 7.5
 QUIRKS = [
     # (what, node, the library, words of its reason)
-    ("align_corners fractional", _node("Resize", [_X, None, _S], {"coordinate_transformation_mode": "align_corners"},
+    ("align_corners fractional", _node("Resize", [_X, None, _S],
+                                       {"coordinate_transformation_mode": "align_corners"},
                                        out=(1, 2, 5, 7), const_inputs=(2,)), "both", "integer output length"),
     ("tf_crop fractional", _node("Resize", [_X, np.zeros(8, np.float32), _S],
                                  {"coordinate_transformation_mode": "tf_crop_and_resize"},
                                  out=(1, 2, 5, 7), const_inputs=(1, 2)), "both", "tf_crop_and_resize"),
-    ("half_pixel_symmetric", _node("Resize", [_X, None, _S], {"coordinate_transformation_mode": "half_pixel_symmetric"},
+    ("half_pixel_symmetric", _node("Resize", [_X, None, _S],
+                                   {"coordinate_transformation_mode": "half_pixel_symmetric"},
                                    out=(1, 2, 5, 7), const_inputs=(2,)), "ov", "does not convert"),
     ("antialias", _node("Resize", [_X, None, _S], {"mode": "linear", "antialias": 1}, out=(1, 2, 5, 7),
                         const_inputs=(2,)), "ov", "antialiased"),
@@ -586,7 +588,8 @@ def test_region_backends_take_the_common_exporter_resizes() -> None:
     from impls.region_quirks import onnxruntime_reason, openvino_reason
 
     for attrs in ({"coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"},
-                  {"mode": "linear"}, {"mode": "linear", "coordinate_transformation_mode": "pytorch_half_pixel"},
+                  {"mode": "linear"},
+                  {"mode": "linear", "coordinate_transformation_mode": "pytorch_half_pixel"},
                   {"mode": "cubic"}, {"mode": "linear", "coordinate_transformation_mode": "align_corners"}):
         node = _node("Resize", [_X, None, np.array([1, 1, 2, 2], np.float32)], attrs,
                      out=(1, 2, 8, 10), const_inputs=(2,))

@@ -254,19 +254,25 @@ P = [1, 4, 6, 6, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1]
         (lambda m: m.Conv(P, False, "acdb", "acdb", "abcd", eltwise="gelu"), ValueError, "eltwise"),
         (lambda m: m.Conv(P, False, "acdb", "acdb", "abcd", eltwise="clip", alpha=2, beta=1),
          ValueError, "lo <= hi"),
-        (lambda m: m.Conv(P, False, "acdb", "acdb", "abcd")(np.zeros((1, 6, 6, 4)), np.zeros((8, 4, 3, 3), np.float32)),
+        (lambda m: m.Conv(P, False, "acdb", "acdb", "abcd")(
+            np.zeros((1, 6, 6, 4)), np.zeros((8, 4, 3, 3), np.float32)),
          ValueError, "float32"),
-        (lambda m: m.Conv(P, False, "acdb", "acdb", "abcd")(np.zeros((1, 4, 6, 6), np.float32), np.zeros((8, 4, 3, 3), np.float32)),
+        (lambda m: m.Conv(P, False, "acdb", "acdb", "abcd")(
+            np.zeros((1, 4, 6, 6), np.float32), np.zeros((8, 4, 3, 3), np.float32)),
          ValueError, "expected shape"),
-        (lambda m: m.Conv(P, False, "acdb", "acdb", "abcd")(np.zeros((1, 6, 6, 4), np.float32), np.zeros((8, 4, 3), np.float32)),
+        (lambda m: m.Conv(P, False, "acdb", "acdb", "abcd")(
+            np.zeros((1, 6, 6, 4), np.float32), np.zeros((8, 4, 3), np.float32)),
          ValueError, "elements"),
         (lambda m: m.Conv(P, False, "acdb", "acdb", "abcd")(np.zeros((1, 6, 6, 4), np.float32)),
          ValueError, "weights W are required"),
-        (lambda m: m.Conv(P, True, "acdb", "acdb", "abcd")(np.zeros((1, 6, 6, 4), np.float32), np.zeros((8, 4, 3, 3), np.float32)),
+        (lambda m: m.Conv(P, True, "acdb", "acdb", "abcd")(
+            np.zeros((1, 6, 6, 4), np.float32), np.zeros((8, 4, 3, 3), np.float32)),
          ValueError, "bias"),
-        (lambda m: m.Conv(P, False, "acdb", "acdb", "abcd", sum=True)(np.zeros((1, 6, 6, 4), np.float32), np.zeros((8, 4, 3, 3), np.float32)),
+        (lambda m: m.Conv(P, False, "acdb", "acdb", "abcd", sum=True)(
+            np.zeros((1, 6, 6, 4), np.float32), np.zeros((8, 4, 3, 3), np.float32)),
          ValueError, "residual"),
-        (lambda m: m.Conv(P, False, "acdb", "acdb", "abcd")(np.zeros((1, 6, 4, 12), np.float32)[:, :, :, ::3], np.zeros((8, 4, 3, 3), np.float32)),
+        (lambda m: m.Conv(P, False, "acdb", "acdb", "abcd")(
+            np.zeros((1, 6, 4, 12), np.float32)[:, :, :, ::3], np.zeros((8, 4, 3, 3), np.float32)),
          ValueError, "C-contiguous"),
     ],
 )

@@ -92,7 +92,8 @@ def test_depthwise_view_of_weights():
     assert phys.shape == (2, 1, 1, 3, 3, 16)
     padded = np.zeros((32, 3, 3), np.float32)
     padded[:20] = w[:, 0]
-    np.testing.assert_array_equal(phys.reshape(2, 3, 3, 16), padded.reshape(2, 16, 3, 3).transpose(0, 2, 3, 1))
+    np.testing.assert_array_equal(phys.reshape(2, 3, 3, 16),
+                                  padded.reshape(2, 16, 3, 3).transpose(0, 2, 3, 1))
 
 
 def test_matmul_weight_names_swap_with_the_transpose():

@@ -192,7 +192,9 @@ def test_unary_in_every_layout(op, shape):
         ins, const = [x, np.float32(-0.3), np.float32(0.8)], (1, 2)
     node, ref = case(op, ins, UNARY_ATTRS.get(op), opset=opset, const_inputs=const)
     names = check_all(op, node, ins, ref, rtol=1e-4, atol=1e-5)
-    expected = 1 if len(shape) != 4 else 4 if onednn_elementwise.UNARY[op].zero((-0.3, 0.8)) or shape[1] % 16 == 0 else 2
+    expected = (1 if len(shape) != 4
+                else 4 if onednn_elementwise.UNARY[op].zero((-0.3, 0.8)) or shape[1] % 16 == 0
+                else 2)
     assert len(names) == expected, names
 
 
@@ -293,16 +295,19 @@ def test_batchnorm_needs_constant_parameters():
         (lambda m: m.Pool([1, 2, 3], "max", "abcd"), "14 ints"),
         (lambda m: m.Pool([1, 2, 3, 3, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0], "median", "abcd"), "kind"),
         (lambda m: m.Pool([1, 2, 3, 3, 5, 5, 1, 1, 1, 1, 0, 0, 0, 0], "max", "abcd"), "empty"),
-        (lambda m: m.Pool([1, 2, 3, 3, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0], "max", "abcd")(np.zeros((1, 2, 3, 4), np.float32)),
+        (lambda m: m.Pool([1, 2, 3, 3, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0], "max", "abcd")(
+            np.zeros((1, 2, 3, 4), np.float32)),
          "expected shape"),
         (lambda m: m.MatMul([2, 3], [4, 5], False, "ab", "ab"), "inner dims"),
         (lambda m: m.MatMul([2, 3, 4], [5, 4, 2], False, "abc", "abc"), "broadcast"),
-        (lambda m: m.MatMul([2, 3], [3, 5], True, "ab", "ab")(np.zeros((2, 3), np.float32), np.zeros((3, 5), np.float32)),
+        (lambda m: m.MatMul([2, 3], [3, 5], True, "ab", "ab")(
+            np.zeros((2, 3), np.float32), np.zeros((3, 5), np.float32)),
          "bias"),
         (lambda m: m.BatchNorm([2], "a", 1e-5, False, np.zeros(2, np.float32), np.zeros(2, np.float32),
                                np.zeros(2, np.float32), np.ones(2, np.float32)), r"\(N, C"),
-        (lambda m: m.BatchNorm([1, 3, 2, 2], "abcd", 1e-5, False, np.zeros(2, np.float32), np.zeros(3, np.float32),
-                               np.zeros(3, np.float32), np.ones(3, np.float32)), "scale"),
+        (lambda m: m.BatchNorm([1, 3, 2, 2], "abcd", 1e-5, False, np.zeros(2, np.float32),
+                               np.zeros(3, np.float32), np.zeros(3, np.float32), np.ones(3, np.float32)),
+         "scale"),
     ],
 )
 def test_bad_input_raises_value_error(call, match):

@@ -121,7 +121,8 @@ def test_a_session_uses_the_configured_cache(tmp_path, reference):
     for _ in range(2):
         sess = Session(light_model("squeezenet", seed=0), backends=["openvino", "numpy"], config=config,
                        store=False)
-        np.testing.assert_allclose(sess.run(None, {sess.get_inputs()[0].name: x})[0], want, rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(sess.run(None, {sess.get_inputs()[0].name: x})[0], want,
+                                   rtol=1e-4, atol=1e-5)
     assert len(_entries(tmp_path / "compiled")) == 1
 
 

@@ -114,23 +114,28 @@ def _region(node) -> FusedNode:
 
 F = np.zeros((2, 4, 5, 6), np.float32)
 REFUSED = {
-    "int64 arithmetic": (_single("Add", [np.zeros(3, np.int64)] * 2, shapes=[(3,)], dtypes=[np.int64]), "int32"),
+    "int64 arithmetic": (_single("Add", [np.zeros(3, np.int64)] * 2, shapes=[(3,)], dtypes=[np.int64]),
+                         "int32"),
     "float64": (_single("Relu", [np.zeros(3)], shapes=[(3,)], dtypes=[np.float64]), "float32"),
-    "uint8 arithmetic": (_single("Sub", [np.zeros(3, np.uint8)] * 2, shapes=[(3,)], dtypes=[np.uint8]), "saturating"),
-    "int32 comparison": (_single("Less", [np.zeros(3, np.int32)] * 2, shapes=[(3,)], dtypes=[bool]), "float32"),
-    "empty indices": (_single("Gather", [np.zeros((4, 3), np.float32), np.zeros(0, np.int64)], shapes=[(0, 3)],
-                              dtypes=[np.float32]), "empty"),
+    "uint8 arithmetic": (_single("Sub", [np.zeros(3, np.uint8)] * 2, shapes=[(3,)], dtypes=[np.uint8]),
+                         "saturating"),
+    "int32 comparison": (_single("Less", [np.zeros(3, np.int32)] * 2, shapes=[(3,)], dtypes=[bool]),
+                         "float32"),
+    "empty indices": (_single("Gather", [np.zeros((4, 3), np.float32), np.zeros(0, np.int64)],
+                              shapes=[(0, 3)], dtypes=[np.float32]), "empty"),
     "empty expand": (_single("Expand", [np.zeros((1, 3), np.float32), np.array([0, 3], np.int64)], const=(1,),
                              shapes=[(0, 3)], dtypes=[np.float32]), "empty"),
     "strings": (_single("Identity", [np.array(["a"], object)], shapes=[(1,)], dtypes=[object]), "object"),
-    "softmax opset 11": (_single("Softmax", [F], {"axis": 1}, opset=11, shapes=[F.shape], dtypes=[np.float32]), "2-D"),
+    "softmax opset 11": (_single("Softmax", [F], {"axis": 1}, opset=11, shapes=[F.shape],
+                                 dtypes=[np.float32]), "2-D"),
     "even LRN": (_single("LRN", [F], {"size": 2}, shapes=[F.shape], dtypes=[np.float32]), "even"),
     "reduce axes attribute": (_single("ReduceLogSumExp", [F], {"axes": [1]}, opset=13, shapes=[(2, 1, 5, 6)],
                                       dtypes=[np.float32]), "axes attribute"),
     "pad wrap": (_single("Pad", [F, np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64)], {"mode": "wrap"}, opset=19,
                          const=(1,), shapes=[(2, 4, 7, 8)], dtypes=[np.float32]), "wrap"),
-    "pad run-time value": (_single("Pad", [F, np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64), np.float32(2)], opset=13,
-                                   const=(1,), shapes=[(2, 4, 7, 8)], dtypes=[np.float32]), "constant"),
+    "pad run-time value": (_single("Pad", [F, np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64), np.float32(2)],
+                                   opset=13, const=(1,), shapes=[(2, 4, 7, 8)], dtypes=[np.float32]),
+                           "constant"),
     "float mod": (_single("Mod", [F, F], {"fmod": 1}, shapes=[F.shape], dtypes=[np.float32]), "trunc"),
     "bitshift": (_single("BitShift", [np.zeros(3, np.uint32)] * 2, {"direction": "RIGHT"}, opset=11,
                          shapes=[(3,)], dtypes=[np.uint32]), "never offered"),
@@ -149,7 +154,8 @@ def test_what_openvino_does_differently_is_refused_with_a_reason(what):
 
 def test_softmax_before_opset_13_is_accepted_where_the_coercion_changes_nothing():
     x = np.zeros((1, 10, 1, 1), np.float32)  # squeezenet's head
-    assert node_reason(_single("Softmax", [x], {"axis": 1}, opset=11, shapes=[x.shape], dtypes=[np.float32])) is None
+    node = _single("Softmax", [x], {"axis": 1}, opset=11, shapes=[x.shape], dtypes=[np.float32])
+    assert node_reason(node) is None
 
 
 def test_int64_indices_in_and_out_keep_their_dtype_and_values():
@@ -236,9 +242,11 @@ def _mixed_model():
     rng = np.random.default_rng(3)
     b = ModelBuilder(17, "mixed")
     x = b.input("x", [1, 3, 12, 12])
-    h = b.op("Relu", [b.op("Conv", [x, b.const(rng.normal(0, 0.3, (8, 3, 3, 3)).astype(np.float32))], pads=[1, 1, 1, 1])])
+    h = b.op("Relu", [b.op("Conv", [x, b.const(rng.normal(0, 0.3, (8, 3, 3, 3)).astype(np.float32))],
+                           pads=[1, 1, 1, 1])])
     h = b.op("LRN", [h], size=2, alpha=1e-3, beta=0.75, bias=1.0)
-    h = b.op("Relu", [b.op("Conv", [h, b.const(rng.normal(0, 0.3, (4, 8, 3, 3)).astype(np.float32))], pads=[1, 1, 1, 1])])
+    h = b.op("Relu", [b.op("Conv", [h, b.const(rng.normal(0, 0.3, (4, 8, 3, 3)).astype(np.float32))],
+                           pads=[1, 1, 1, 1])])
     b.output(b.op("GlobalAveragePool", [h]))
     return b.build()
 

@@ -166,7 +166,8 @@ def test_custom_op_schema_errors(tmp_path):
     reg = load_registry(str(copy_plugin(tmp_path / "plugins")), fresh=True)
     from onnx.defs import OpSchema
 
-    with pytest.raises(RegistryError, match=r"ONNX's own domain ''; a custom operator needs a domain of its own"):
+    with pytest.raises(RegistryError,
+                       match=r"ONNX's own domain ''; a custom operator needs a domain of its own"):
         reg.add_op_schema(OpSchema("MyRelu", "", 1, "", inputs=[], outputs=[]), backend="t")
     with pytest.raises(RegistryError, match="expects an onnx.defs.OpSchema, received str"):
         reg.add_op_schema("FastGelu", backend="t")

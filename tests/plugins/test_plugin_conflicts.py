@@ -81,14 +81,16 @@ def test_configured_order_decides_whoever_declared_it(folder, monkeypatch):
     assert _active(reg, ["alpha", "beta"]) == {"beta"}
     alpha = reg.backends["alpha"]
     assert alpha.lost_to == "beta"
-    assert "conflicts with active backend 'beta' (in backend order): 'beta' declares a conflict with 'alpha'" in alpha.reason
+    assert ("conflicts with active backend 'beta' (in backend order): 'beta' declares a conflict with 'alpha'"
+            in alpha.reason)
     assert "put 'alpha' before 'beta' there" in alpha.reason
 
     monkeypatch.setenv("OPDISPATCH_BACKENDS", "alpha,beta")
     reg = load_registry(str(folder), fresh=True)
     assert _active(reg, ["alpha", "beta"]) == {"alpha"}
     assert "(first in backend order)" in reg.backends["beta"].reason
-    assert "configured backend order [alpha, beta] (environment OPDISPATCH_BACKENDS)" in reg.backends["beta"].reason
+    assert ("configured backend order [alpha, beta] (environment OPDISPATCH_BACKENDS)"
+            in reg.backends["beta"].reason)
 
 
 def test_order_argument_and_mutual_declarations(folder):

@@ -131,7 +131,8 @@ def test_installed_plugin_is_listed_and_runs_a_model(tmp_path):
     assert res.returncode == 0, res.stderr[-4000:]
     report = json.loads(res.stdout.strip().splitlines()[-1])
     assert Path(report["plugin_file"]).is_relative_to(site)  # the pip-installed copy
-    assert report["origin"] == "entry point opdispatch_example_plugin:ExampleBackend of opdispatch-example-plugin 0.1.0"
+    assert report["origin"] == ("entry point opdispatch_example_plugin:ExampleBackend"
+                                " of opdispatch-example-plugin 0.1.0")
     assert report["custom_ops"] == ["com.example::FastGelu"]
     assert report["untuned"][0] == "FastGelu.example.tanh"
     assert report["tuned_source"] == "tuned"

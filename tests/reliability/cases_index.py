@@ -270,7 +270,8 @@ def group_norm_cases(op: str, edge: str) -> list[Case]:
     out = []
     for shape in [*act_shapes(edge, 2), (3, 6, 7)]:
         c = shape[1]
-        options = [c] if op == "InstanceNormalization" else sorted({1, c} | {g for g in (2, 3, 4) if c % g == 0})
+        options = ([c] if op == "InstanceNormalization"
+                   else sorted({1, c} | {g for g in (2, 3, 4) if c % g == 0}))
         for groups in options:
             b = Build(op, edge, f"g{groups}_{_sname(shape)}")
             attrs = {} if op == "InstanceNormalization" else {"num_groups": groups}

@@ -57,7 +57,8 @@ def dequantize_cases(op: str, edge: str) -> list[Case]:
                                      b.const(np.array(128, np.uint8))])))
         b = Build(op, edge, f"i8_channel_{_sname(shape)}")
         q = b.rng.integers(-128, 128, shape).astype(np.int8)
-        out.append(b.done(b.op_(op, [b.x(shape, array=q), b.const(np.linspace(0.01, 0.2, c, dtype=np.float32)),
+        out.append(b.done(b.op_(op, [b.x(shape, array=q),
+                                     b.const(np.linspace(0.01, 0.2, c, dtype=np.float32)),
                                      b.const((np.arange(c) % 7 - 3).astype(np.int8))], axis=1)))
     return out
 

@@ -268,7 +268,8 @@ def check_candidate(reg: Registry, p: Prepared, cand: Candidate,
     """``None`` when ``cand`` matches the reference on case ``p``, else why not. The
     reference implementation of a node is checked against onnx's ReferenceEvaluator."""
     nodes = covered_nodes(cand)
-    is_reference = not cand.fused and cand.node.op_type != "Region" and reference_impl(reg, cand.node) is cand.impl
+    is_reference = (not cand.fused and cand.node.op_type != "Region"
+                    and reference_impl(reg, cand.node) is cand.impl)
     if is_reference and cand.node.op_type in ORACLES:
         (v,) = cand.node.outputs
         with np.errstate(all="ignore"):

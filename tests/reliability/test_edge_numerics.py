@@ -298,7 +298,8 @@ def test_implementation_matches_reference_on_edge_cases(impl_name: str, op: str,
             ran += 1
             wrong = check_candidate(reg, p, cand, tol)
             if wrong:
-                failures.append(f"{p.case.id} {cand.id} {list(cand.layouts_in)}->{list(cand.layouts_out)}: {wrong}")
+                failures.append(f"{p.case.id} {cand.id} {list(cand.layouts_in)}->{list(cand.layouts_out)}: "
+                                f"{wrong}")
     RUNS[(impl_name, edge)] += ran
     assert not failures, f"{len(failures)} case(s) differ:\n" + "\n".join(failures)
     if ran == 0:
@@ -455,7 +456,8 @@ def test_direct_converter_equals_the_two_step_chain(converter: str, shape: tuple
         for a in reg.layouts.converters[(conv.src, STANDARD)]:
             for b in reg.layouts.converters[(STANDARD, conv.dst)]:
                 want = b(a(src.copy(), shape), shape)
-                np.testing.assert_array_equal(bits(got), bits(want), err_msg=f"{conv.name} vs {a.name}, {b.name}")
+                np.testing.assert_array_equal(bits(got), bits(want),
+                                              err_msg=f"{conv.name} vs {a.name}, {b.name}")
 
 
 # -- figures --------------------------------------------------------------------------------------
@@ -639,7 +641,8 @@ CONTROLS = {
     "inf clamped to FLT_MAX": ("nonfinite", lambda y: np.clip(y, np.float32(-3.4028235e38),
                                                               np.float32(3.4028235e38))),
     "NaN turned into 0": ("nonfinite", lambda y: np.nan_to_num(y, nan=0.0, posinf=np.inf, neginf=-np.inf)),
-    "one element wrong": ("odd_channels", lambda y: np.where(np.arange(y.size).reshape(y.shape) == 3, y + 1, y).astype(np.float32)),
+    "one element wrong": ("odd_channels", lambda y: np.where(np.arange(y.size).reshape(y.shape) == 3, y + 1,
+                                                             y).astype(np.float32)),
 }
 
 

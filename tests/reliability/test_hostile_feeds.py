@@ -312,7 +312,8 @@ def _ok(shape=(BATCH, 32)) -> np.ndarray:
 
 
 @pytest.mark.parametrize("value, pattern", [
-    (np.ones((BATCH, 32)), r"received dtype float64, expected float32 .*np.asarray\(value, dtype=np.float32\)"),
+    (np.ones((BATCH, 32)),
+     r"received dtype float64, expected float32 .*np.asarray\(value, dtype=np.float32\)"),
     (np.ones((BATCH, 32), np.int32), "received dtype int32, expected float32"),
     (np.ones((BATCH, 32), ">f4"), "received dtype >f4, expected float32"),
     (np.ones((BATCH, 32), np.float16), "received dtype float16, expected float32"),
@@ -340,7 +341,8 @@ def test_an_empty_batch_fits_a_symbolic_batch_dimension(gemm_session):
 
 
 def test_wrong_names_and_containers(gemm_session):
-    with pytest.raises(FeedError, match=r"missing input\(s\) \['x'\]; the model expects x: float32 \[N, 32\]"):
+    with pytest.raises(FeedError,
+                       match=r"missing input\(s\) \['x'\]; the model expects x: float32 \[N, 32\]"):
         gemm_session.run(None, {})
     with pytest.raises(FeedError, match=r"unknown input name\(s\) \['y'\]"):
         gemm_session.run(None, {"x": _ok(), "y": _ok()})

@@ -498,7 +498,8 @@ def random_graphs(draw) -> onnx.ModelProto:
         # the schema's arity mostly (ONNX's checker refuses the rest, which is tested too)
         n_in = draw(st.integers(lo, min(hi, lo + 2))) if draw(st.integers(0, 7)) else draw(
             st.integers(0, 4))
-        ins = [values[-1], *draw(st.lists(more, min_size=max(0, n_in - 1), max_size=max(0, n_in - 1)))][:max(n_in, 1)]
+        ins = [values[-1],
+               *draw(st.lists(more, min_size=max(0, n_in - 1), max_size=max(0, n_in - 1)))][:max(n_in, 1)]
         attrs = {}
         if draw(st.booleans()):
             pool = known_attrs if known_attrs and draw(st.integers(0, 4)) else ATTR_NAMES

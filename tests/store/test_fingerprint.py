@@ -207,7 +207,8 @@ def test_hardware_fingerprint_is_json_stable_and_counts_threads():
     assert hardware_digest(hw) == hardware_digest(hardware_fingerprint())
     assert hardware_digest(dict(reversed(list(hw.items())))) == hardware_digest(hw)
     assert hardware_fingerprint(threads=3)["threads"] == 3
-    assert hardware_digest(hardware_fingerprint(threads=3)) != hardware_digest(hardware_fingerprint(threads=4))
+    assert (hardware_digest(hardware_fingerprint(threads=3))
+            != hardware_digest(hardware_fingerprint(threads=4)))
 
 
 def test_hardware_thread_count_follows_the_configuration(monkeypatch):
@@ -297,7 +298,8 @@ def test_a_newly_registered_implementation_changes_the_software_fingerprint():
     assert after["backends"] == before["backends"]
     assert after["implementations"]["numpy"] != before["implementations"]["numpy"]
     lines = _key(software=before).explain_difference(_key(software=after))
-    assert any(line.startswith("numpy: registered implementations or layouts changed") for line in lines), lines
+    assert any(line.startswith("numpy: registered implementations or layouts changed")
+               for line in lines), lines
 
 
 # ------------------------------------------------------------------------------------------

@@ -162,10 +162,12 @@ def test_tuning_runs(store):
     store.finish_run(a, "finished", {"measured": 12})
     store.finish_run(b, "interrupted")
     ra, rb = store.runs("a" * 64)[0], store.runs("b" * 64)[0]
-    assert (ra.status, ra.stats, ra.budget_s, ra.objective) == ("finished", {"measured": 12}, 120.0, "latency")
+    assert (ra.status, ra.stats, ra.budget_s, ra.objective) == (
+        "finished", {"measured": 12}, 120.0, "latency")
     assert ra.finished_at and rb.status == "interrupted" and rb.budget_s is None
     assert [r.id for r in store.runs()] == [b, a]
-    with pytest.raises(StoreError, match="status must be one of finished, interrupted, failed, received 'done'"):
+    with pytest.raises(StoreError,
+                       match="status must be one of finished, interrupted, failed, received 'done'"):
         store.finish_run(a, "done")
     with pytest.raises(StoreError, match="no tuning run with id 999"):
         store.finish_run(999, "failed")
