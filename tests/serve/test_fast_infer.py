@@ -20,7 +20,9 @@ import pytest
 import dispatch
 from tests.serve.conftest import BERT, CNN, bert_feeds, cnn_feeds
 from tests.serve.test_serve_units import make_runner
-from tuner.serve.fast_infer import InferFastPath, _aligned, _decode, runners_of
+from tuner.serve.fast_infer import InferFastPath, runners_of
+from tuner.serve.oip_codec import aligned as _aligned
+from tuner.serve.oip_codec import decode_request as _decode
 from tuner.serve.runner import ModelRunner
 
 NAMES = {np.dtype(np.float32): "FP32", np.dtype(np.int64): "INT64", np.dtype(np.int32): "INT32",

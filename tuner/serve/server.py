@@ -13,8 +13,11 @@ user names (loopback by default: the framework itself listens on every address),
   model without a plan would be "not found" instead of "not ready, because ...");
 - the inference route of the models served here answered by :mod:`tuner.serve.fast_infer`
   in front of the framework's application (the event loop's CPU per 600 KB request from about
-  2 ms to 0.75 ms); the framework answers everything else, and any request that route cannot
-  decode;
+  2 ms to 0.75 ms); the framework answers everything else. Its own inference route is ours too
+  (registered before the framework's): the request decoded by :mod:`tuner.serve.oip_codec`, the
+  fast route's decoder, then the framework's handler. One decoder and one body limit
+  (:func:`tuner.serve.oip_codec.read_body`) for the whole server, and nothing of the framework
+  patched: what is added goes through its public classes and FastAPI's and Starlette's API;
 - graceful shutdown (SIGTERM, SIGINT): new requests are refused with 503, those in flight are
   answered (uvicorn's and grpcio's grace periods), then the model threads are released.
 """
@@ -28,12 +31,17 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from tuner.serve.fast_infer import (
-    InferFastPath,
-    int_header,
+from tuner.serve.fast_infer import InferFastPath, runners_of
+from tuner.serve.oip_codec import (
+    HEADER,
+    BodyTooLarge,
+    RequestError,
+    decode_request,
+    json_length_of,
+    parse_header,
+    read_body,
     refuse_oversized,
     replaying,
-    runners_of,
 )
 from tuner.serve.runner import ModelRunner
 
@@ -60,8 +68,9 @@ def _framework() -> Any:
 
 class BodyLimit:
     """ASGI middleware: refuse an HTTP request whose body is over ``max_bytes`` (413), whether
-    it declares its length or streams it in chunks, before the application sees it; and read a
-    POST body without the binary extension's header as the JSON the protocol says it is."""
+    it declares its length or streams it in chunks, before the application sees it (the body
+    limit of the fast route: :func:`tuner.serve.oip_codec.read_body`); and read a POST body
+    without the binary extension's header as the JSON the protocol says it is."""
 
     def __init__(self, app: Any, max_bytes: int) -> None:
         self.app = app
@@ -72,92 +81,62 @@ class BodyLimit:
             await self.app(scope, receive, send)
             return
         headers = dict(scope.get("headers") or [])
-        if (scope.get("method") == "POST" and b"inference-header-content-length" not in headers
+        if (scope.get("method") == "POST" and HEADER not in headers
                 and headers.get(b"content-type", b"").split(b";")[0] != b"application/json"):
             # the protocol: a body without the binary extension's header is JSON, whatever its
             # content type says (Triton's client sends none); the framework reads it as bytes
             scope = dict(scope, headers=[(k, v) for k, v in scope.get("headers") or []
                                          if k != b"content-type"]
                          + [(b"content-type", b"application/json")])
-        declared = int_header(headers.get(b"content-length"))
-        if declared is not None and declared > self.max_bytes:
-            await refuse_oversized(send, f"a body of {declared} bytes", self.max_bytes)
-            return
-        body = bytearray()
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                return  # the client went away
-            body += message.get("body", b"")
-            if len(body) > self.max_bytes:
-                await refuse_oversized(send, f"a body of at least {len(body)} bytes",
-                                       self.max_bytes)
-                return
-            if not message.get("more_body"):
-                break
-        await self.app(scope, replaying(bytes(body), receive), send)
-
-
-def keep_binary_inputs() -> None:
-    """Make kserve keep the binary tensor data extension's inputs as bytes.
-
-    kserve 0.21's ``InferRequest.from_bytes`` turns every binary input into a Python list of
-    numbers and back into an array (``set_data_from_numpy(..., binary_data=False)``), on the
-    event loop: measured with py-spy on a 224x224 image request, 1278 of 1649 samples, against
-    143 in the model's run. The replacement parses the same request the same way and keeps each
-    input's bytes, which ``InferInput.as_numpy`` reads with ``np.frombuffer``: what gRPC
-    requests get already. Installed once per process, by :func:`serve_models`.
-    """
-    from kserve.errors import InvalidInput
-    from kserve.protocol import infer_type
-
-    if getattr(infer_type.InferRequest.from_bytes, "keeps_bytes", False):
-        return
-
-    def from_bytes(cls: Any, req_bytes: bytes, json_length: int, model_name: str) -> Any:
-        import orjson
-
         try:
-            request = orjson.loads(req_bytes[:json_length])
-        except orjson.JSONDecodeError as exc:
-            raise InvalidInput(f"Unrecognized request format: {exc}") from None
-        if not isinstance(request, dict) or not isinstance(request.get("inputs"), list):
-            raise InvalidInput("an inference request is a JSON object with a list of 'inputs'")
-        inputs, start = [], json_length
-        for item in request["inputs"]:
-            if not isinstance(item, dict) or not {"name", "shape", "datatype"} <= set(item):
-                raise InvalidInput(f"each input needs a name, a shape and a datatype; "
-                                   f"received {str(item)[:200]}")
-            parameters = item.get("parameters")
-            tensor = infer_type.InferInput(name=item["name"], shape=item["shape"],
-                                           datatype=item["datatype"], parameters=parameters)
-            if item.get("data") is not None:
-                if tensor.datatype == "FP16":
-                    raise InvalidInput(f"FP16 data cannot be sent as JSON: send input "
-                                       f"{tensor.name!r} with the binary data extension")
-                tensor.data = item["data"]
-            elif isinstance(parameters, dict) and "binary_data_size" in parameters:
-                size = parameters["binary_data_size"]
-                if isinstance(size, bool) or not isinstance(size, int) or size < 0 or (
-                        start + size > len(req_bytes)):
-                    raise InvalidInput(f"input {tensor.name!r}: binary_data_size {size!r} does "
-                                       f"not fit the {len(req_bytes) - start} bytes left")
-                tensor._raw_data = req_bytes[start:start + size]
-                start += size
-            else:
-                raise InvalidInput(f"'data' field is missing for input {tensor.name!r} for "
-                                   f"model {model_name!r}")
-            inputs.append(tensor)
-        outputs = request.get("outputs")
-        requested = None if outputs is None else [
-            infer_type.RequestedOutput(name=o["name"], parameters=o.get("parameters"))
-            for o in outputs]
-        return cls(model_name=model_name, request_id=request.get("id"),
-                   parameters=request.get("parameters"), infer_inputs=inputs,
-                   request_outputs=requested)
+            view = await read_body(receive, headers, self.max_bytes)
+        except BodyTooLarge as exc:
+            await refuse_oversized(send, str(exc), self.max_bytes)
+            return
+        if view is None:
+            return  # the client went away
+        await self.app(scope, replaying(bytes(view), receive), send)
 
-    from_bytes.keeps_bytes = True  # type: ignore[attr-defined]
-    infer_type.InferRequest.from_bytes = classmethod(from_bytes)
+
+def _add_infer_route(app: Any, dataplane: Any, model_repository_extension: Any) -> None:
+    """``POST /v2/models/NAME/infer`` on the framework's application, registered before its
+    own route so that it answers first: the body decoded by :mod:`tuner.serve.oip_codec` (the
+    decoder of the fast route) into the framework's ``InferRequest``, then the framework's own
+    handler (readiness, the model's ``predict``, the response in binary or JSON as asked).
+    kserve's handler takes an ``InferRequest`` as it is; its own decoder never runs. It answers
+    the models without a local runner (Ray Serve deployments, the bench's onnxruntime model) and
+    the requests the fast route leaves to the framework (the codec's errors: HTTP 400)."""
+    from fastapi import Request, Response
+    from kserve.errors import InvalidInput
+    from kserve.protocol.infer_type import InferInput, InferRequest, RequestedOutput
+    from kserve.protocol.rest.v2_endpoints import V2Endpoints
+
+    endpoints = V2Endpoints(dataplane, model_repository_extension)
+
+    async def infer(request: Request, response: Response, model_name: str) -> Any:
+        body = await request.body()
+        try:
+            json_length = json_length_of(dict(request.scope["headers"]).get(HEADER))
+            header = parse_header(body, json_length)
+            feeds = decode_request(body, json_length, header).feeds
+        except RequestError as exc:
+            raise InvalidInput(str(exc)) from None
+        inputs = [InferInput(name=name, shape=list(array.shape), datatype=item["datatype"],
+                             data=array, parameters=item.get("parameters"))
+                  for item, (name, array) in zip(header["inputs"], feeds.items())]
+        outputs = header.get("outputs")
+        payload = InferRequest(
+            model_name=model_name, infer_inputs=inputs, request_id=header.get("id"),
+            parameters=header.get("parameters"),
+            request_outputs=None if outputs is None else [
+                RequestedOutput(name=o["name"], parameters=o.get("parameters")) for o in outputs])
+        return await endpoints.infer(request, response, model_name, payload)
+
+    # FastAPI reads the parameters' types from the annotations: strings here (postponed
+    # annotations), which it would look up in this module's globals, where it is not imported
+    infer.__annotations__.update(request=Request, response=Response)
+    app.add_api_route("/v2/models/{model_name}/infer", infer, methods=["POST"],
+                      response_model=None)
 
 
 def _add_routes(app: Any, models: dict[str, Any]) -> None:
@@ -251,6 +230,59 @@ def event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     return uvloop.new_event_loop
 
 
+def _without_timing(app: Any) -> None:
+    """Take the framework's per-request timing middleware (``timing_asgi``'s, added by its
+    ``RESTServer``) off ``app`` before it serves: it reads the process's CPU time
+    (``getrusage``), matches the route a second time and writes two log lines for every
+    request, a fifth of the event loop's time at 190 requests/s (py-spy); the Prometheus
+    metrics time requests instead. A framework that adds no such middleware is left as it is."""
+    try:
+        from timing_asgi import TimingMiddleware
+    except ImportError:
+        return
+    app.user_middleware[:] = [m for m in app.user_middleware if m.cls is not TimingMiddleware]
+
+
+class _GRPCServer:
+    """The framework's gRPC service (its servicer, its exception-to-status interceptor) on
+    ``host``, messages up to ``max_bytes`` (the framework listens on every address and logs
+    every call)."""
+
+    def __init__(self, dataplane: Any, model_repository_extension: Any, host: str, port: int,
+                 max_bytes: int, grace_s: float) -> None:
+        self.dataplane = dataplane
+        self.model_repository_extension = model_repository_extension
+        self.address = f"{host}:{port}"
+        self.max_bytes = max_bytes
+        self.grace_s = grace_s
+        self.server: Any = None
+
+    async def start(self, max_workers: int) -> None:
+        """Serve until :meth:`stop`."""
+        from concurrent import futures
+
+        from grpc import aio
+        from kserve.protocol.grpc import grpc_predict_v2_pb2_grpc
+        from kserve.protocol.grpc.interceptors import ExceptionToStatusInterceptor
+        from kserve.protocol.grpc.servicer import InferenceServicer
+
+        self.server = aio.server(
+            futures.ThreadPoolExecutor(max_workers=max_workers),
+            interceptors=(ExceptionToStatusInterceptor(),),
+            options=[("grpc.max_send_message_length", self.max_bytes),
+                     ("grpc.max_receive_message_length", self.max_bytes)])
+        grpc_predict_v2_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(
+            InferenceServicer(self.dataplane, self.model_repository_extension), self.server)
+        self.server.add_insecure_port(self.address)
+        await self.server.start()
+        await self.server.wait_for_termination()
+
+    async def stop(self) -> None:
+        """Refuse new calls, answer those in flight within the grace period."""
+        if self.server is not None:
+            await self.server.stop(grace=self.grace_s)
+
+
 def serve_models(models: Sequence[Any], *, host: str, http_port: int, grpc_port: int | None,
                  max_body_bytes: int, grace_s: float,
                  on_stop: Callable[[], Any] | None = None, access_log: bool = False) -> None:
@@ -258,78 +290,59 @@ def serve_models(models: Sequence[Any], *, host: str, http_port: int, grpc_port:
     Ray Serve deployments) over HTTP and gRPC on ``host`` until SIGTERM or SIGINT (one log line
     per HTTP request with ``access_log``). Blocks."""
     framework = _framework()
-    from kserve.protocol.grpc import server as grpc_server
-    from kserve.protocol.grpc.server import GRPCServer
     from kserve.protocol.rest.server import RESTServer
 
-    keep_binary_inputs()
     app = framework.app
-    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
-    _add_routes(app, {m.name: m for m in models})
-
-    class HostGRPCServer(GRPCServer):
-        async def start(self, max_workers: int) -> None:
-            from concurrent import futures
-
-            from grpc import aio
-
-            servicer = grpc_server.InferenceServicer(self._data_plane,
-                                                     self._model_repository_extension)
-            self._server = aio.server(
-                futures.ThreadPoolExecutor(max_workers=max_workers),
-                # the framework's LoggingInterceptor too logs every call: left out
-                interceptors=(grpc_server.ExceptionToStatusInterceptor(),),
-                options=[("grpc.max_send_message_length", max_body_bytes),
-                         ("grpc.max_receive_message_length", max_body_bytes)])
-            grpc_server.grpc_predict_v2_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(
-                servicer, self._server)
-            self._server.add_insecure_port(f"{host}:{grpc_port}")
-            await self._server.start()
-            await self._server.wait_for_termination()
 
     class QuietRESTServer(RESTServer):
-        async def start(self) -> None:
-            """The framework's application behind the inference route of the models served
-            here (:mod:`tuner.serve.fast_infer`)."""
-            self.create_application()
-            self.config.app = InferFastPath(app, runners_of(models), max_body_bytes)
-            await self._server.serve()
-
-        def _add_middlewares(self, app: Any) -> None:
-            """Without the framework's per-request timing middleware: it reads the process's
-            CPU time (``getrusage``) and writes two log lines for every request, a fifth of
-            the event loop's time at 190 requests/s (py-spy); the Prometheus metrics time
-            requests instead."""
+        def create_application(self) -> None:
+            """The framework's application, without its timing middleware
+            (:func:`_without_timing`)."""
+            super().create_application()
+            _without_timing(app)
 
     class Server(framework.ModelServer):
+        grpc: _GRPCServer | None = None
+        stopping: asyncio.Task | None = None
+
         def start(self, models: list[Any]) -> None:
             for model in models:
                 self.register_model(model)
-            rest = QuietRESTServer(framework.FASTAPI_APP_IMPORT_STRING, self.dataplane,
-                                   self.model_repository_extension, self.http_port,
-                                   grace_period=self.grace_period, event_loop=self.event_loop,
+            app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+            _add_routes(app, {m.name: m for m in models})
+            _add_infer_route(app, self.dataplane, self.model_repository_extension)
+            # uvicorn serves the fast route in front of the framework's application
+            rest = QuietRESTServer(InferFastPath(app, runners_of(models), max_body_bytes),
+                                   self.dataplane, self.model_repository_extension,
+                                   self.http_port, grace_period=self.grace_period,
+                                   event_loop=self.event_loop,
                                    timeout_keep_alive=self.timeout_keep_alive)
             rest.config.host = host
             if not access_log:  # uvicorn logs a request when its logger has a handler
                 access = logging.getLogger("uvicorn.access")
                 access.handlers, access.propagate = [], False
-            self._rest_server = rest
-            self.servers.append(rest.start())
-            if self.enable_grpc:
-                self._grpc_server = HostGRPCServer(grpc_port, self.dataplane,
-                                                   self.model_repository_extension, kwargs={},
-                                                   grace_period=self.grace_period)
-                self.servers.append(self._grpc_server.start(self.max_threads))
+            servers = [rest.start()]
+            if self.enable_grpc and grpc_port is not None:
+                self.grpc = _GRPCServer(self.dataplane, self.model_repository_extension, host,
+                                        grpc_port, max_body_bytes, self.grace_period)
+                servers.append(self.grpc.start(self.max_threads))
             self.setup_event_loop()
             self.register_signal_handler()
+
+            async def serve_all() -> None:
+                await asyncio.gather(*servers)
+
             with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
-                runner.run(self._serve())
+                runner.run(serve_all())
 
         def stop(self, sig: int) -> None:
             if on_stop is not None:
                 on_stop()
+            if self.grpc is not None:
+                self.stopping = asyncio.get_running_loop().create_task(self.grpc.stop())
             super().stop(sig)
 
     server = Server(http_port=http_port, grpc_port=grpc_port or 0,
-                    enable_grpc=grpc_port is not None, grace_period=int(grace_s), max_threads=8)
+                    enable_grpc=grpc_port is not None,
+                    grace_period=int(grace_s), max_threads=8)
     server.start(list(models))
