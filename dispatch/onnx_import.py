@@ -17,11 +17,10 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 import onnx
 from google.protobuf.message import DecodeError
-from onnx import helper, numpy_helper
+from onnx import helper
 
 from dispatch.errors import (
     ModelLoadError,
@@ -40,6 +39,7 @@ from dispatch.graph import (
 )
 from dispatch.input_shapes import bind, declared_inputs
 from dispatch.onnx_attrs import attrs_from_proto, np_dtype
+from dispatch.onnx_weights import read_initializers, split_weights
 from dispatch.op_schema import (
     CustomShapeError,
     ShapeFn,
@@ -139,7 +139,8 @@ def _check(proto: onnx.ModelProto) -> None:
                 f"{sorted(imported)}); add onnx.helper.make_opsetid({domain!r}, VERSION)"
             )
     checked = proto
-    shapeless = [o for o in proto.graph.output if o.type.HasField("tensor_type") and not o.type.tensor_type.HasField("shape")]
+    shapeless = [o for o in proto.graph.output if o.type.HasField("tensor_type")
+                 and not o.type.tensor_type.HasField("shape")]
     if shapeless:
         # graph outputs of unknown rank are legal in practice (exporters omit them) but the
         # checker insists on a shape field: check a copy where they carry an empty one
@@ -264,8 +265,9 @@ def _fix_inputs(
                     )
         elif not declared_rank or any(not isinstance(d, int) for d in dims):
             raise SymbolicShapeError(
-                f"input {vi.name!r} has no static shape ({_fmt_dims(dims) if declared_rank else 'unknown rank'}); "
-                f"give it with input_shapes={{{vi.name!r}: [...]}} or --shape {vi.name}=1x3x224x224",
+                f"input {vi.name!r} has no static shape "
+                f"({_fmt_dims(dims) if declared_rank else 'unknown rank'}); give it with "
+                f"input_shapes={{{vi.name!r}: [...]}} or --shape {vi.name}=1x3x224x224",
                 declared_inputs(proto),
             )
         else:
@@ -404,18 +406,20 @@ def import_model(
     """
     proto = read_model(model)
     try:
-        _check(_split_weights(proto)[0])
+        _check(split_weights(proto)[0])
     except ModelLoadError as exc:
         if isinstance(model, str | os.PathLike):  # say which file: the CLI may load several
             raise ModelLoadError(f"{os.fspath(model)}: {exc}") from None
         raise
     if proto.functions:
         names = ", ".join(f.name for f in proto.functions)
-        raise ModelLoadError(f"model-local functions are not supported (the model defines: {names})")
+        raise ModelLoadError(
+            f"model-local functions are not supported (the model defines: {names})")
     quirks = open_unknown_dims(proto)
     declared = declared_inputs(proto)
     _fix_inputs(proto, input_shapes)
-    light, weights = _split_weights(proto, check=False)  # checked above; _fix_inputs leaves them
+    # checked above; _fix_inputs leaves them
+    light, weights = split_weights(proto, check=False)
     inferred = _infer(light)
     graph = _to_graph(inferred, weights)
     graph.declared = declared
@@ -423,80 +427,10 @@ def import_model(
     return graph
 
 
-#: initializers of more elements than this are kept out of onnx's checker and shape inference
-#: (both serialise the whole model: 4 s of a BERT-base import went to copying its weights);
-#: what they infer from a weight is its type and shape, which the graph input standing in
-#: for it declares. Shapes, axes and pads are far smaller.
-WEIGHT_ELEMENTS = 4096
-
-
-def _split_weights(proto: onnx.ModelProto, check: bool = True) -> tuple[onnx.ModelProto, list[onnx.TensorProto]]:
-    """``proto`` without its large initializers (each declared as a graph input of its type and shape
-    instead), and those, each size checked first with ``check`` (1.2 s of VGG-19: it copies them)."""
-    g = proto.graph
-    large = [t for t in g.initializer if math.prod(t.dims) > WEIGHT_ELEMENTS]
-    if not large:
-        return proto, []
-    for t in large if check else ():  # what onnx's checker would have said of them
-        _check_weight_size(t)
-    light = _copy_fields(proto, onnx.ModelProto(), skip="graph")
-    _copy_fields(g, light.graph, skip="initializer")
-    names = {t.name for t in large}
-    light.graph.initializer.extend(t for t in g.initializer if t.name not in names)
-    listed = {i.name for i in g.input}
-    light.graph.input.extend(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
-                             for t in large if t.name not in listed)
-    return light, large
-
-
-#: the TensorProto field holding each data type's elements when not in raw_data
-_TYPED_FIELDS = ("float_data", "int32_data", "string_data", "int64_data", "double_data", "uint64_data")
-
-
-def _check_weight_size(t: onnx.TensorProto) -> None:
-    """Raise when initializer ``t`` holds another number of elements than its dims claim."""
-    if t.data_location == onnx.TensorProto.EXTERNAL:
-        return  # read_model loaded it, or numpy_helper says what is missing
-    count = math.prod(t.dims)
-    try:
-        itemsize = helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
-    except (KeyError, ValueError, TypeError):
-        return  # an unknown type: the import says so
-    if t.raw_data:
-        have, want = len(t.raw_data), count * itemsize
-        if have != want and t.data_type != onnx.TensorProto.STRING:
-            raise ModelLoadError(
-                f"initializer {t.name!r} claims shape {list(t.dims)} ({want:,} bytes of "
-                f"{helper.tensor_dtype_to_string(t.data_type).split('.')[-1].lower()}), but its "
-                f"raw_data size ({have} bytes) is too small" if have < want else
-                f"initializer {t.name!r} claims shape {list(t.dims)} ({want:,} bytes), but its "
-                f"raw_data holds {have:,} bytes")
-        return
-    held = max(len(getattr(t, f)) for f in _TYPED_FIELDS)
-    if held and held < count:
-        raise ModelLoadError(
-            f"initializer {t.name!r} claims shape {list(t.dims)} ({count:,} elements), but "
-            f"holds {held:,}")
-
-
-def _copy_fields(src: Any, dst: Any, skip: str) -> Any:
-    """Copy every set field of protobuf message ``src`` but ``skip`` into ``dst``."""
-    for field, value in src.ListFields():
-        if field.name == skip:
-            continue
-        repeated = field.is_repeated if hasattr(field, "is_repeated") else field.label == field.LABEL_REPEATED
-        if repeated:
-            getattr(dst, field.name).extend(value)
-        elif field.type == field.TYPE_MESSAGE:
-            getattr(dst, field.name).CopyFrom(value)
-        else:
-            setattr(dst, field.name, value)
-    return dst
-
-
 def _to_graph(proto: onnx.ModelProto, weights: Sequence[onnx.TensorProto] = ()) -> Graph:
     g = proto.graph
-    opsets = {(o.domain if o.domain != "ai.onnx" else ""): int(o.version) for o in proto.opset_import}
+    opsets = {(o.domain if o.domain != "ai.onnx" else ""): int(o.version)
+              for o in proto.opset_import}
     values: dict[str, Value] = {}
 
     def typed(vi: onnx.ValueInfoProto) -> Value:
@@ -512,14 +446,8 @@ def _to_graph(proto: onnx.ModelProto, weights: Sequence[onnx.TensorProto] = ()) 
             raise ModelLoadError(f"value {vi.name!r}: {exc}") from None
         return Value(vi.name, shape, dtype)  # type: ignore[arg-type]
 
-    for init in [*g.initializer, *weights]:
-        try:
-            arr = numpy_helper.to_array(init)
-        except Exception as exc:
-            raise ModelLoadError(f"initializer {init.name!r} cannot be read: {exc}") from None
-        values[init.name] = Value(init.name, tuple(arr.shape), arr.dtype, arr)
-    for sp in g.sparse_initializer:
-        raise ModelLoadError(f"sparse initializer {sp.values.name!r} is not supported")
+    for name, arr in read_initializers(g, weights).items():
+        values[name] = Value(name, tuple(arr.shape), arr.dtype, arr)
 
     inputs: list[Value] = []
     for vi in g.input:
@@ -589,7 +517,8 @@ def _to_graph(proto: onnx.ModelProto, weights: Sequence[onnx.TensorProto] = ()) 
     check_tensor_sizes(values.values())
     available = {v.name for v in inputs} | {v.name for v in values.values() if v.is_const}
     try:
-        nodes = hoist_input_readers(topological_order(nodes, available), {v.name for v in inputs}, available)
+        nodes = hoist_input_readers(topological_order(nodes, available),
+                                    {v.name for v in inputs}, available)
     except OpDispatchError as exc:
         raise ModelLoadError(str(exc)) from None
     outputs = []
