@@ -77,7 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     sess = cases["onnxruntime spinning=1"]
     feeds = {i.name: np.ones([d if isinstance(d, int) else 1 for d in i.shape], np.float32)
              for i in sess.get_inputs()}
-    request = ov.Core().compile_model(args.model, "CPU", {"PERFORMANCE_HINT": "LATENCY"}).create_infer_request()
+    request = ov.Core().compile_model(args.model, "CPU",
+                                      {"PERFORMANCE_HINT": "LATENCY"}).create_infer_request()
     runs = {
         "onnxruntime (spinning, its default)": lambda: cases["onnxruntime spinning=1"].run(None, feeds),
         "onnxruntime (allow_spinning=0)": lambda: cases["onnxruntime spinning=0"].run(None, feeds),

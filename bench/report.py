@@ -4,11 +4,12 @@
     python bench/report.py bench.json
 
 Sections: the GEMM peak; per-layer Conv GFLOP/s (best native implementation, numpy im2col,
-onnxruntime, best oneDNN implementation) with ratios and fractions of peak; converter GB/s against a plain copy; the
-exported models of bench/test_bench_models.py (groups ``models-NAME``: every variant's median,
-ratio to onnxruntime and start time, and the tuned plan's predicted against measured latency);
-start-up from the store (groups ``startup-NAME`` of bench/test_bench_startup.py: creation
-against onnxruntime's, with issue 13's bound); and the remaining groups (end to end) as medians side by side with ratios to onnxruntime.
+onnxruntime, best oneDNN implementation) with ratios and fractions of peak; converter GB/s
+against a plain copy; the exported models of bench/test_bench_models.py (groups
+``models-NAME``: every variant's median, ratio to onnxruntime and start time, and the tuned
+plan's predicted against measured latency); start-up from the store (groups ``startup-NAME``
+of bench/test_bench_startup.py: creation against onnxruntime's, with issue 13's bound); and
+the remaining groups (end to end) as medians side by side with ratios to onnxruntime.
 """
 
 from __future__ import annotations
@@ -94,7 +95,8 @@ def layout_table(df: pd.DataFrame) -> str:
     out = []
     for group, sub in lay.groupby("group", sort=False):
         copy = sub[sub["variant"] == "copy"]
-        copy_gbs = float(copy["bytes"].iloc[0] / (copy["median_ms"].iloc[0] * 1e-3) / 1e9) if len(copy) else None
+        copy_gbs = (float(copy["bytes"].iloc[0] / (copy["median_ms"].iloc[0] * 1e-3) / 1e9)
+                    if len(copy) else None)
         row = {"shape (C x H x W)": group.removeprefix("layout "), "copy GB/s": copy_gbs}
         for _, r in sub[sub["variant"] == "convert"].iterrows():
             gbs = r["bytes"] / (r["median_ms"] * 1e-3) / 1e9

@@ -59,7 +59,8 @@ def stability(name: str, tunes: int, rounds: int, budget_s: float, busy_last: bo
                 hog.kill()
                 hog.wait()
         runs.append({"run": k + 1, "store": store, "tune_s": time.monotonic() - t0, "busy": busy,
-                     "signature": plan_signature(result.plan), "winner": result.plan.provenance.get("winner")})
+                     "signature": plan_signature(result.plan),
+                     "winner": result.plan.provenance.get("winner")})
         print(f"{name}: tuning run {k + 1}/{tunes} took {runs[-1]['tune_s']:.1f} s", file=sys.stderr)
     times = _time_apart(model, [r["store"] for r in runs], rounds)
     medians = [float(np.median(t)) * 1e3 for t in times]

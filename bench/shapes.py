@@ -73,7 +73,8 @@ def single_node_model(node: Node) -> onnx.ModelProto:
     proto = helper.make_node(node.op_type, names, outs, **node.attrs)
     g = helper.make_graph(
         [proto], "single", graph_inputs,
-        [helper.make_tensor_value_info(o, onnx.TensorProto.FLOAT, list(v.shape)) for o, v in zip(outs, node.outputs)],
+        [helper.make_tensor_value_info(o, onnx.TensorProto.FLOAT, list(v.shape))
+         for o, v in zip(outs, node.outputs)],
         inits,
     )
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])

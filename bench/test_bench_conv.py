@@ -46,7 +46,8 @@ def _fastest(benchmark, shape, backend: str) -> None:
 
     reg = _registry()
     if backend not in reg.available_backends():
-        pytest.skip(f"backend {backend} is unavailable: {reg.backends.get(backend) and reg.backends[backend].reason}")
+        pytest.skip(f"backend {backend} is unavailable: "
+                    f"{reg.backends.get(backend) and reg.backends[backend].reason}")
     node = shape.node
     impls = [i for i in reg.impls_for("Conv", [backend]) if i.supports(node) is None]
     if not impls:

@@ -121,5 +121,6 @@ def test_onnxruntime(benchmark, name):
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = len(os.sched_getaffinity(0))
     sess = ort.InferenceSession(_model(name).SerializeToString(), opts, providers=["CPUExecutionProvider"])
-    feeds = {i.name: np.random.default_rng(0).standard_normal(i.shape).astype(np.float32) for i in sess.get_inputs()}
+    feeds = {i.name: np.random.default_rng(0).standard_normal(i.shape).astype(np.float32)
+             for i in sess.get_inputs()}
     benchmark.pedantic(sess.run, args=(None, feeds), warmup_rounds=2, rounds=15)

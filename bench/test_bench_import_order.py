@@ -19,7 +19,8 @@ in its own numpy-first process (round robin, ``INTERLEAVED_ROUNDS`` rounds after
 runs each): their medians are in ``api_plan``'s ``extra_info["numpy_first_process_ms"]``, with
 both winners, the tuner's validation medians, the recorded thread settings,
 ``api_over_cli_numpy_first`` (the API plan's median over the CLI plan's there) and
-``api_over_cli`` (the same ratio of this process's pytest-benchmark medians). The goal (issue 19): the API plan within 5% of the CLI plan. Nothing is asserted.
+``api_over_cli`` (the same ratio of this process's pytest-benchmark medians). The goal (issue
+19): the API plan within 5% of the CLI plan. Nothing is asserted.
 
 Tuning budget per run: ``OPDISPATCH_BENCH_BUDGET`` seconds (default 60, the issue's).
 
@@ -146,7 +147,8 @@ def _env() -> dict[str, str]:
 def _tune(name: str) -> None:
     path = _path(name)
     if not path.exists():
-        _tuned[name] = f"{path} is not exported: run `python bench/models/export.py {name.removesuffix('_eager')}`"
+        _tuned[name] = (f"{path} is not exported: "
+                        f"run `python bench/models/export.py {name.removesuffix('_eager')}`")
         return
     folder = Path(tempfile.mkdtemp(prefix=f"opdispatch-bench-import-order-{name}-"))
     cli_store, api_store, feeds = folder / "cli.sqlite", folder / "api.sqlite", folder / "feeds.npz"

@@ -1,4 +1,4 @@
-"""Tuned plans under load (issue 13): inception_v1, resnet50, squeezenet (onnx's light
+r"""Tuned plans under load (issue 13): inception_v1, resnet50, squeezenet (onnx's light
 architectures) and a BERT export, each tuned once at the start of the run on the quiet machine
 (budget ``OPDISPATCH_BENCH_BUDGET``, default 60 s, into a temporary store), then run by a
 Session from the store next to a plain onnxruntime InferenceSession (2 intra-op threads, its
@@ -15,7 +15,8 @@ defaults otherwise), one pytest-benchmark group per model (``load-NAME``):
 * ``tuned_interleaved_nospin``: the tuned plan after the same neighbours, the onnxruntime one
   created with ``session.intra_op.allow_spinning=0``.
 
-    OPDISPATCH_BENCH_BUDGET=60 python -m pytest bench/test_bench_load.py -q --benchmark-enable --benchmark-json=load.json
+    OPDISPATCH_BENCH_BUDGET=60 python -m pytest bench/test_bench_load.py -q \
+        --benchmark-enable --benchmark-json=load.json
     python bench/report.py load.json
 """
 
@@ -48,7 +49,8 @@ def _tune_first():
     and library sessions of the candidate plans), as a production process that reuses a plan
     holds none."""
     code = ("import sys\nfrom tuner.tune import TuneOptions, tune\n"
-            "tune(sys.argv[1], store=sys.argv[2], options=TuneOptions(progress=False, budget_s=float(sys.argv[3])))")
+            "tune(sys.argv[1], store=sys.argv[2], "
+            "options=TuneOptions(progress=False, budget_s=float(sys.argv[3])))")
     for name in MODELS:
         store = os.path.join(tempfile.mkdtemp(prefix="opdispatch-bench-load-"), "plans.sqlite")
         subprocess.run([sys.executable, "-c", code, _path(name), store, str(BUDGET_S)], check=True,
@@ -123,7 +125,8 @@ def _neighbours(name: str, spinning: bool = True) -> Callable[[], None]:
     same model: what a service holding several libraries' sessions runs between two requests."""
     ov = pytest.importorskip("openvino", reason="openvino is not installed")
     plain = _onnxruntime(name, spinning=spinning)
-    request = ov.Core().compile_model(_path(name), "CPU", {"PERFORMANCE_HINT": "LATENCY"}).create_infer_request()
+    request = ov.Core().compile_model(_path(name), "CPU",
+                                      {"PERFORMANCE_HINT": "LATENCY"}).create_infer_request()
     feeds = list(_feeds(name).values())
 
     def others() -> None:

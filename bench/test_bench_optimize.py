@@ -39,7 +39,8 @@ class _ResNetLike:
         self.nodes.append(name)
         self.size[out] = size
         base = float(self.rng.uniform(1.0, 3.0)) * size * (4.0 if op == "Conv" else 0.3)
-        speed = {"std": 1.0, "nhwc": float(self.rng.uniform(0.6, 1.2)), "blk16": float(self.rng.uniform(0.4, 1.1))}
+        speed = {"std": 1.0, "nhwc": float(self.rng.uniform(0.6, 1.2)),
+                 "blk16": float(self.rng.uniform(0.4, 1.1))}
         for lay in LAYOUTS:
             self.add(Choice(f"{op}.{lay}@{name}", (name,), tuple((i, lay) for i in ins), ((out, lay),),
                             base * speed[lay], priority=1 if lay == "std" else 0, noise=0.02 * base))

@@ -185,7 +185,8 @@ def _accuracy_args(path: str) -> list[str]:
     """``--accuracy A --data D`` when the bench serves plans tuned with an accuracy budget."""
     if not ACCURACY:
         return []
-    return ["--accuracy", ACCURACY, "--data", DATA or str(Path(path).with_name(f"{Path(path).stem}_data.npz"))]
+    return ["--accuracy", ACCURACY,
+            "--data", DATA or str(Path(path).with_name(f"{Path(path).stem}_data.npz"))]
 
 
 def _tune(name: str, path: str) -> None:

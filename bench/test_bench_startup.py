@@ -1,4 +1,4 @@
-"""Start-up of a restarting production process (issue 13): a Session created from the plan
+r"""Start-up of a restarting production process (issue 13): a Session created from the plan
 store against onnxruntime's InferenceSession, each in a fresh process.
 
 Each model is tuned once at the start of the run (budget ``OPDISPATCH_BENCH_BUDGET``, default
@@ -16,7 +16,8 @@ bound: 1.2x onnxruntime's creation or at most 100 ms above it).
 Models: every model of the bench set (bench/test_bench_models.py); rounds:
 ``OPDISPATCH_BENCH_ROUNDS`` (default 5).
 
-    OPDISPATCH_BENCH_BUDGET=30 python -m pytest bench/test_bench_startup.py -q --benchmark-enable --benchmark-json=startup.json
+    OPDISPATCH_BENCH_BUDGET=30 python -m pytest bench/test_bench_startup.py -q \
+        --benchmark-enable --benchmark-json=startup.json
 """
 
 from __future__ import annotations
@@ -85,7 +86,8 @@ print(json.dumps({"create_s": created, "first_run_s": time.perf_counter() - t1,
 def _tune_first():
     """Tune every model before anything is timed (this fills the caches too)."""
     code = ("import sys\nfrom tuner.tune import TuneOptions, tune\n"
-            "tune(sys.argv[1], store=sys.argv[2], options=TuneOptions(progress=False, budget_s=float(sys.argv[3])))")
+            "tune(sys.argv[1], store=sys.argv[2], "
+            "options=TuneOptions(progress=False, budget_s=float(sys.argv[3])))")
     for name in MODELS:
         store = os.path.join(tempfile.mkdtemp(prefix="opdispatch-bench-startup-"), "plans.sqlite")
         subprocess.run([sys.executable, "-c", code, _path(name), store, str(BUDGET_S)], env=_ENV,

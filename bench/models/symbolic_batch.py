@@ -43,7 +43,8 @@ def symbolic_batch(model):
         dims = value.type.tensor_type.shape.dim
         if not dims or (dims[0].HasField("dim_value") and dims[0].dim_value != 1):
             first = dims[0].dim_value if dims else "none (a scalar)"
-            raise ValueError(f"{value.name}: the first dimension must be 1 to become the batch, received {first}")
+            raise ValueError(f"{value.name}: the first dimension must be 1 to become the batch, "
+                             f"received {first}")
         dims[0].Clear()
         dims[0].dim_param = BATCH
     del out.graph.value_info[:]
