@@ -196,8 +196,8 @@ def locate_plan(
     from dispatch.config import Config
     from dispatch.heuristic import heuristic_plan
     from dispatch.plan_policy import plan_backends, unavailable_backends
-    from tuner.fingerprint import model_fingerprint
-    from tuner.tune import load_graph, plan_key
+    from tuner.fingerprint import model_fingerprint, plan_key
+    from tuner.model_graph import load_graph
 
     objective = Objective.parse(objective).resolved()
     config = Config.load()

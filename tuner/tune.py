@@ -43,7 +43,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from dispatch import blas, graph_cache
+from dispatch import blas
 from dispatch.backend import load_registry
 from dispatch.config import Config
 from dispatch.errors import ArgumentError, OpDispatchError
@@ -82,6 +82,7 @@ from tuner.fingerprint import (
     usable_cores,
 )
 from tuner.measure import Measurement, reference_overrides
+from tuner.model_graph import load_graph
 from tuner.nonfinite import nonfinite_winner
 from tuner.optimize import Choice, Problem, Solution, evaluate, optimize
 from tuner.store import PlanStore
@@ -257,14 +258,6 @@ def objective_key(opts: TuneOptions) -> str:
                                 concurrency=concurrency, max_latency_ms=opts.max_latency_ms)
     except ArgumentError as exc:
         raise TuningError(str(exc)) from None
-
-
-def load_graph(model: ModelLike, registry: Registry, backends: Sequence[str],
-               input_shapes: Mapping[str, Sequence[int]] | None = None) -> Graph:
-    """Import and simplify a model exactly as a Session does (through the graph cache,
-    :mod:`dispatch.graph_cache`, when the model is a file and the cache is on)."""
-    return graph_cache.load_graph(model, input_shapes, registry, backends,
-                                  Config.load().graph_cache).graph
 
 
 def tune(

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
+import tuner.cli.load_run as load_run
 from dispatch.errors import OpDispatchError
-from tuner.cli import load_run
 from tuner.cli.args import (
     EXIT_INTERNAL_ERROR,
     EXIT_USER_ERROR,
@@ -184,7 +184,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         feeds[inp.name] = given.pop(inp.name) if inp.name in given else _random_feed(shape, inp.dtype, rng)
     if args.concurrency is not None:
         return load_run.run_plan(args, sess, feeds, note)
-    from tuner.cli import bench
+    import tuner.cli.bench as bench
 
     before = sess.load_seconds
     sess.run(None, feeds)  # first run (plans a session whose shapes the feeds decide)
