@@ -4,14 +4,18 @@ Floors (README, "Layout of the repository"): 1 core (``layouts/``, ``dispatch/``
 (``impls/``), 3 the tuner and the applications on it (``tuner/``: candidates, measurement,
 optimisation, validation, the store, reports, the plan source, the CLI). An edge from a lower
 floor to a higher one fails, whether the import is at module level, inside a function or under
-``TYPE_CHECKING``. Import cycles between modules fail too (imports under ``TYPE_CHECKING`` are
-not executed and are left out of the cycle check). Then the behaviour those rules buy: the core
-imports and runs an untuned plan with the tuner made unimportable.
+``TYPE_CHECKING``. Import cycles between modules fail too, counting every import statement (module
+level, inside functions and under ``TYPE_CHECKING``: a type-only tie is still a tie) and the package
+``__init__`` each import runs: importing ``a.b.c`` from module ``m`` runs ``a/__init__`` and
+``a/b/__init__``, except the packages above ``m``, which are already running. Within the core,
+``layouts`` sits below ``dispatch`` and imports nothing from it. Then the behaviour those rules
+buy: the core imports and runs an untuned plan with the tuner made unimportable.
 """
 
 from __future__ import annotations
 
 import ast
+import os
 import subprocess
 import sys
 import textwrap
@@ -77,19 +81,33 @@ def _imports(path: Path) -> list[tuple[str, int, bool]]:
     return found
 
 
+def _packages_above(module: str) -> list[str]:
+    """The packages whose ``__init__`` importing ``module`` runs, outermost first."""
+    parts = module.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts))]
+
+
 def _edges() -> dict[str, list[tuple[str, int, bool]]]:
+    """Every module an import in each module runs: the imported module and the package
+    ``__init__``s above it, less the packages above the importer (already running)."""
     edges: dict[str, list[tuple[str, int, bool]]] = defaultdict(list)
     for module, path in MODULES.items():
+        running = {module, *_packages_above(module)}
+        seen: set[tuple[str, int]] = set()
         for name, line, typing_only in _imports(path):
             target = _resolve(name)
-            if target and target != module:
-                edges[module].append((target, line, typing_only))
+            if target is None:
+                continue
+            for runs in [*_packages_above(target), target]:
+                if runs in MODULES and runs not in running and (runs, line) not in seen:
+                    seen.add((runs, line))
+                    edges[module].append((runs, line, typing_only))
     return edges
 
 
 def test_the_walk_sees_the_packages():
     assert {"dispatch.session", "dispatch.plan", "tuner.tune", "layouts.registry"} <= set(MODULES)
-    assert any(t == "dispatch.errors" for t, _, _ in _edges()["layouts.registry"])
+    assert any(t == "dispatch.registry" for t, _, _ in _edges()["dispatch.session"])
 
 
 def test_nothing_imports_a_higher_floor():
@@ -102,9 +120,9 @@ def test_nothing_imports_a_higher_floor():
     assert not upward, "imports that go up a floor:\n" + "\n".join(upward)
 
 
-def test_no_import_cycles():
-    graph = {m: {t for t, _, typing_only in targets if not typing_only}
-             for m, targets in _edges().items()}
+def _cycles(edges: dict[str, list[tuple[str, int, bool]]]) -> list[list[str]]:
+    """The strongly connected components of more than one module, each sorted."""
+    graph = {m: {t for t, _, _ in targets} for m, targets in edges.items()}
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -132,10 +150,69 @@ def test_no_import_cycles():
             if len(component) > 1:
                 cycles.append(sorted(component))
 
-    for module in MODULES:
+    for module in sorted(graph):
         if module not in index:
             strongly_connect(module)
-    assert not cycles, f"modules that import each other (directly or around a loop): {cycles}"
+    return sorted(cycles)
+
+
+def test_no_import_cycles():
+    edges = _edges()
+    cycles = _cycles(edges)
+    lines = []
+    for component in cycles:
+        members = set(component)
+        lines.append(f"{len(component)} modules: {component}")
+        lines.extend(f"    {_where(MODULES[m])}:{line} imports {t}" for m in component
+                     for t, line, _ in edges.get(m, ()) if t in members)
+    assert not cycles, "modules that import each other (directly or around a loop):\n" + "\n".join(lines)
+
+
+def test_the_cycle_walk_counts_type_checking_function_level_and_package_imports(tmp_path, monkeypatch):
+    """A tie under ``TYPE_CHECKING``, one inside a function and one through a package
+    ``__init__`` each close a loop; importing one's own package does not."""
+    low, high, pkg, sub = (tmp_path / f"{n}.py" for n in ("low", "high", "pkg", "sub"))
+    low.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from dispatch.high import H\n")
+    high.write_text("def f():\n    from dispatch.low import L\n    return L\n")
+    pkg.write_text("from dispatch.pkg.sub import S\n")
+    sub.write_text("from dispatch.pkg import S\nfrom dispatch.pkg.low2 import X\n")
+    (tmp_path / "low2.py").write_text("from dispatch.pkg.sub import S\n")
+    for name, path in {"dispatch.low": low, "dispatch.high": high, "dispatch.pkg": pkg,
+                       "dispatch.pkg.sub": sub, "dispatch.pkg.low2": tmp_path / "low2.py"}.items():
+        monkeypatch.setitem(MODULES, name, path)
+    cycles = _cycles(_edges())
+    assert ["dispatch.high", "dispatch.low"] in cycles
+    assert ["dispatch.pkg.low2", "dispatch.pkg.sub"] in cycles
+    assert not [c for c in cycles if "dispatch.pkg" in c]
+
+
+def test_a_cross_package_import_runs_the_package_init(tmp_path, monkeypatch):
+    """``from dispatch.errors import X`` in ``layouts`` runs ``dispatch/__init__``: an edge to it."""
+    bad = tmp_path / "bad.py"
+    bad.write_text("from dispatch.errors import DispatchError\n")
+    monkeypatch.setitem(MODULES, "layouts.bad", bad)
+    assert {t for t, _, _ in _edges()["layouts.bad"]} == {"dispatch", "dispatch.errors"}
+
+
+def test_no_module_takes_a_name_from_its_own_package():
+    """``from dispatch import Session`` inside ``dispatch`` reads a half-run ``__init__``: the loop
+    the package walk leaves out (the package is already running). Submodules are fine."""
+    found = []
+    for module, path in MODULES.items():
+        above = set(_packages_above(module))
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module in above:
+                found.extend(f"{_where(path)}:{node.lineno} takes {node.module}.{a.name}"
+                             for a in node.names if f"{node.module}.{a.name}" not in MODULES)
+    assert not found, "names taken from a package that is still running:\n" + "\n".join(found)
+
+
+def test_layouts_imports_nothing_from_dispatch():
+    """``layouts`` is the floor below ``dispatch``: the errors both need live in ``layouts``."""
+    up = [f"{_where(MODULES[m])}:{line} imports {t}" for m, targets in _edges().items()
+          if m.split(".")[0] == "layouts" for t, line, _ in targets if t.split(".")[0] == "dispatch"]
+    assert not up, "layouts imports dispatch:\n" + "\n".join(up)
 
 
 def test_a_seeded_upward_import_is_caught(tmp_path, monkeypatch):
@@ -196,4 +273,18 @@ def test_importing_layouts_loads_neither_the_session_nor_the_tuner():
             "loaded = [m for m in ('dispatch.session', 'tuner', 'pandas', 'onnx') if m in sys.modules]\n"
             "assert not loaded, loaded\n")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+
+
+def test_layouts_first_sets_the_openblas_default_dispatch_sets():
+    """``layouts`` imports nothing from ``dispatch``, yet a program that imports it (and so
+    numpy) first gets the OpenBLAS default :data:`dispatch.blas.BLAS_SPIN_ENV` all the same."""
+    from dispatch.blas import BLAS_SPIN_ENV
+
+    code = ("import os, sys, layouts.registry\n"
+            "assert 'numpy' in sys.modules and 'dispatch' not in sys.modules, sorted(sys.modules)\n"
+            f"assert os.environ.get({BLAS_SPIN_ENV[0]!r}) == {BLAS_SPIN_ENV[1]!r}\n")
+    env = {k: v for k, v in os.environ.items() if k != BLAS_SPIN_ENV[0]}
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env=env)
     assert res.returncode == 0, res.stderr
