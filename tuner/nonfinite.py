@@ -15,7 +15,7 @@ needed for correctness and are skipped (the guarded plan is checked end to end).
 guard a candidate or plan that differs loses, with the reason. Only the explicit
 objective option ``allow_nonstrict_nan`` (``opdispatch tune --allow-nonstrict-nan``) skips both
 checks; the plan key's objective then ends in ``+nonstrict-nan``
-(:data:`dispatch.plan_policy.NONSTRICT_NAN_SUFFIX`), so that such a plan is used only by a
+(:attr:`dispatch.objective.Objective.nonstrict_nan`), so that such a plan is used only by a
 Session that asks for that objective.
 """
 
@@ -36,14 +36,14 @@ from dispatch.fusion import FusedNode
 from dispatch.guard import has_nonfinite
 from dispatch.plan import Plan
 from dispatch.registry import STANDARD, Registry
+from tuner.errors import TuningError
 from tuner.measure import Measurement, _convert, _reference, random_input, reference_impl
 from tuner.store.measurements import VERDICT_PREFIX
-from tuner.tune_types import TuningError
 
 if TYPE_CHECKING:
     from dispatch.graph import Graph
     from tuner.candidates import Candidate
-    from tuner.tune_types import PlanCandidate
+    from tuner.plan_candidate import PlanCandidate
 
 #: what an error on non-finite inputs starts with (the candidate's or the plan's)
 WRONG = "wrong result on NaN/Inf inputs"

@@ -1,7 +1,10 @@
 """The tuner's public types: :class:`TuneOptions` (how to tune), :class:`PlanCandidate` (one
 whole plan validated end to end), :class:`TuneResult` (what a run produced, with its terminal
 summary) and :class:`TuningError`. They are re-exported by :mod:`tuner.tune`, where callers
-import them from.
+import them from; :class:`TuningError` and :class:`PlanCandidate` live in the leaf modules
+:mod:`tuner.errors` and :mod:`tuner.plan_candidate` (the accuracy and throughput packages and
+validation import them from there, so that no part of the tuner imports this module to name a
+type).
 """
 
 from __future__ import annotations
@@ -12,18 +15,17 @@ from typing import Any
 
 import numpy as np
 
-from dispatch.errors import OpDispatchError
 from dispatch.plan import Plan
 from tuner.busy import BUSY_SHARE
+from tuner.errors import TuningError
 from tuner.fingerprint import PlanKey
+from tuner.plan_candidate import PlanCandidate
+
+__all__ = ["NOISY_SPREAD", "PlanCandidate", "TuneOptions", "TuneResult", "TuningError"]
 
 #: a validated plan whose spread (IQR) exceeds this share of its median was timed on a busy
 #: or unsteady machine (said in the summary)
 NOISY_SPREAD = 0.15
-
-
-class TuningError(OpDispatchError):
-    """The tuner could not produce a valid plan."""
 
 
 @dataclass
@@ -69,26 +71,6 @@ class TuneOptions:
     accuracy_data: Any = None
     #: a metric of the user's: ``error(float32 outputs per sample, outputs per sample) -> float``
     accuracy_fn: Any = None
-
-
-@dataclass
-class PlanCandidate:
-    """One whole plan validated end to end."""
-
-    label: str
-    plan: Plan
-    predicted_s: float | None  # None: not from the optimiser (the untuned plan)
-    latency_ms: float | None = None
-    spread_ms: float | None = None
-    peak_bytes: int | None = None
-    error: str | None = None
-    #: what ``peak_bytes`` is made of (:meth:`tuner.plan_memory.PlanMemory.to_dict`)
-    memory: dict | None = None
-    #: timed runs behind ``latency_ms``
-    samples: int = 0
-    #: one of the single-backend plans (the untuned plan, each backend first, numpy only),
-    #: which a plan the optimiser made must beat by more than the measured spread
-    baseline: bool = False
 
 
 @dataclass

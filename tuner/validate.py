@@ -16,10 +16,12 @@ import numpy as np
 from dispatch.executor import Executor
 from dispatch.graph import Graph
 from dispatch.registry import Registry
+from tuner.errors import TuningError
 from tuner.index_bounds import index_bounds
 from tuner.measure import MODEL_TOLERANCE, check_outputs, random_input
+from tuner.plan_candidate import PlanCandidate
 from tuner.plan_memory import plan_memory
-from tuner.tune_types import PlanCandidate, TuneOptions, TuningError
+from tuner.tune_types import TuneOptions
 
 #: the longest validation goes without saying what it does (through ``say``), in seconds
 PROGRESS_EVERY_S = 2.0

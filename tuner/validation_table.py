@@ -9,16 +9,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from dispatch.plan_policy import NONSTRICT_NAN_SUFFIX
+from dispatch.objective import Objective
 
 MB = 1e6
 
 
 def objective_parts(objective: str) -> tuple[str, int | None]:
-    """``latency@cap=1000+nonstrict-nan`` -> (``latency``, 1000)."""
-    base = objective.removesuffix(NONSTRICT_NAN_SUFFIX)
-    name, _, cap = base.partition("@cap=")
-    return name, (int(cap) if cap.isdigit() else None)
+    """``latency@cap=1000+nonstrict-nan`` -> (``latency``, 1000): the objective's name and
+    memory cap (:class:`~dispatch.objective.Objective`)."""
+    parsed = Objective.parse(objective)
+    return parsed.name, parsed.memory_cap
 
 
 def _measure(pc: Any, memory: bool) -> float | None:

@@ -28,10 +28,10 @@ from dispatch.plan_policy import (
 )
 from tests.accuracy import fake_precision
 from tests.accuracy.fake_precision import registry_with_fake_precision
-from tuner.accuracy import held_out_within
 from tuner.accuracy.data import data_digest, load_data
 from tuner.accuracy.metrics import AccuracyObjective, cosine_error, max_rel_error, top1_error
 from tuner.accuracy.stage import choose
+from tuner.accuracy.summary import held_out_within
 from tuner.store import PlanStore
 from tuner.tune import TuneOptions, TuningError, load_graph, tune
 

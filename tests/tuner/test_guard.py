@@ -181,7 +181,7 @@ def _nanless_first(plans, opts):
 
 def test_a_tuned_guarded_plan_round_trips_through_the_store_and_a_bundle(tmp_path, reg,  # noqa: F811
                                                                           monkeypatch):
-    monkeypatch.setattr("tuner.tune._winner", _nanless_first)
+    monkeypatch.setattr("tuner.stages.base._winner", _nanless_first)
     store = PlanStore(tmp_path / "plans.sqlite")
     result = tune(relu_model(), store=store, options=_opts(), registry=reg)
     assert result.key.objective == "latency"

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from dispatch.graph import Graph
-from tuner.tune_types import TuningError
+from tuner.errors import TuningError
 
 Feeds = dict[str, np.ndarray]
 #: the fewest samples an accuracy objective accepts: some to search on, some held out

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dispatch.plan_policy import ACCURACY_METRICS, parse_accuracy
-from tuner.tune_types import TuningError
+from dispatch.objective import ACCURACY_METRICS, parse_accuracy
+from tuner.errors import TuningError
 
 #: one sample's outputs, in the graph's output order
 Outputs = Sequence[np.ndarray]

@@ -55,7 +55,7 @@ from tuner.accuracy.blocks import (
 from tuner.accuracy.data import AccuracyData, Feeds
 from tuner.accuracy.metrics import AccuracyObjective
 from tuner.accuracy.trials import Trial, call_times, choose, outputs, record_inputs, variant_name
-from tuner.tune_types import PlanCandidate
+from tuner.plan_candidate import PlanCandidate
 from tuner.validate import _validate
 
 #: calibration samples each (block, variant) is measured on (the first ones)

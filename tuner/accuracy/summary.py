@@ -1,10 +1,39 @@
-"""The accuracy stage's lines in the tuning summary and reports: what was chosen, in which
-precisions, its accuracy on the held-out samples and its speed against float32."""
+"""What the accuracy stage recorded, as the tuner stores and shows it: the summary's figures
+(:func:`accuracy_summary`) and lines (:func:`accuracy_lines`: what was chosen, in which
+precisions, its accuracy on the held-out samples and its speed against float32), and the check
+that refuses to store a plan over its budget (:func:`held_out_within`)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
+
+from dispatch.plan import Plan
+from tuner.errors import TuningError
+
+
+def held_out_within(plan: Plan) -> None:
+    """Raise :class:`TuningError` unless ``plan`` computes in float32 alone or its accuracy
+    on the held-out samples (its provenance) is within its budget: what the tuner checks
+    before it stores a plan."""
+    if set(plan.precisions()) <= {"float32"}:
+        return
+    held = (plan.provenance.get("accuracy") or {}).get("held_out") or {}
+    if held.get("within") is not True:
+        raise TuningError(f"refusing to store a reduced-precision plan whose accuracy on the held-out "
+                          f"samples is not within its budget ({held or 'not measured'})")
+    served = (plan.provenance.get("accuracy") or {}).get("held_out_served")
+    if plan.serving is not None and (served is None or served.get("within") is not True):
+        raise TuningError(f"refusing to store a reduced-precision plan whose accuracy on the held-out "
+                          f"samples, run with its serving configuration, is not within its budget "
+                          f"({served or 'not measured'})")
+
+
+def accuracy_summary(plan: Plan) -> dict[str, Any]:
+    """What the tuning summary says of the accuracy stage (from the plan's provenance)."""
+    acc = plan.provenance.get("accuracy") or {}
+    return {k: acc.get(k) for k in ("metric", "budget", "data", "held_out", "winner", "precisions",
+                                     "speed", "timed", "candidates", "notes", "seconds")}
 
 
 def _figure(metric: str, value: float | None) -> str:

@@ -35,7 +35,9 @@ from dispatch.registry import Registry
 from dispatch.serving import ServingConfig
 from dispatch.stream_pool import build_runner
 from impls.regions import usable_cores
+from tuner.errors import TuningError
 from tuner.measure import MODEL_TOLERANCE, check_outputs
+from tuner.plan_candidate import PlanCandidate
 from tuner.throughput.batch import (
     BatchedGraphs,
     batch_sizes,
@@ -46,7 +48,7 @@ from tuner.throughput.batch import (
     samples,
 )
 from tuner.throughput.load import LoadResult, run_load
-from tuner.tune_types import PlanCandidate, TuneOptions, TuningError
+from tuner.tune_types import TuneOptions
 from tuner.validate import _winner
 
 #: the share of a throughput run's budget this stage gets (the latency stages share the rest)
