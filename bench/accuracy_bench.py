@@ -264,11 +264,13 @@ def _single(setup: str, work: Path, store: str, data_npz: str, budget: str, conc
 
 
 def _objective(budget: str, data_npz: str, concurrency: int = 0) -> str:
-    from dispatch.plan_policy import accuracy_string
+    from dispatch.objective import AccuracyTarget, Objective
     from tuner.accuracy.data import data_digest
 
-    base = f"throughput@n={concurrency}" if concurrency else "latency"
-    return base + accuracy_string("cosine", float(budget), data_digest(data_npz))
+    accuracy = AccuracyTarget("cosine", float(budget), data_digest(data_npz))
+    if concurrency:
+        return str(Objective("throughput", concurrency=concurrency, accuracy=accuracy))
+    return str(Objective("latency", accuracy=accuracy))
 
 
 def worst_cosine(reference: np.lib.npyio.NpzFile, got: np.lib.npyio.NpzFile) -> float:

@@ -16,8 +16,8 @@ Two modes, each bounded in time and in requests:
   ``duration_s`` seconds or until ``max_requests`` requests completed in it, whichever comes
   first. A request counts when it completes inside the window, wherever it started, and the
   throughput is each thread's counted requests over their span, summed
-  (``tuner.throughput.load.closed_loop_rate``, as ``tuner.throughput.load.run_load`` measures, so that in-process and
-  served figures compare).
+  (``tuner.throughput.load.closed_loop_rate``, as ``tuner.throughput.load.run_load`` measures,
+  so that in-process and served figures compare).
 * open loop (:func:`run_open`): requests sent at a fixed rate (one every ``1 / rate`` seconds)
   by a pool of sender threads, whatever the answers take; the latency of a request is counted
   from the time it was due, so a request that waited for a free sender shows the wait (no

@@ -19,9 +19,10 @@ end-to-end validation of the best plans -> plan store.
    reports (measurements, rejections, alternatives).
 
 The budget (``TuneOptions.budget_s``) is a limit on the whole run, import and folding
-included: measurement stops at :data:`MEASURE_SHARE` of it, converter measurement at
-:data:`CONVERT_SHARE`, optimisation at :data:`OPTIMIZE_SHARE`; validation takes the rest,
-most promising plan first, and skips the plans it has no time left to build (the untuned plan
+included, split once between the stages (:class:`tuner.stages.base.StageBudget`). Within the
+latency stage's share, measurement stops at :data:`~tuner.stages.plans.MEASURE_SHARE` of it,
+converter measurement at :data:`~tuner.stages.plans.CONVERT_SHARE`, optimisation at
+:data:`~tuner.stages.plans.OPTIMIZE_SHARE`; validation takes the rest, most promising plan first, and skips the plans it has no time left to build (the untuned plan
 and the first plan are always validated, so something is stored: one build and a few runs of
 them are all a spent budget can add). The summary (``TuneResult.stats``) says what was
 skipped.
@@ -30,8 +31,9 @@ Objectives (:class:`dispatch.objective.Objective`): ``latency`` (default); ``mem
 cost = bytes of the tensors a candidate produces in its layouts, the validated plan with the
 lowest executor peak wins); ``latency`` with ``memory_cap_bytes`` (the fastest validated plan
 whose peak fits). Steps 1-4 are the latency stage (:mod:`tuner.stages.latency`); the further
-parts of an objective are further stages, each with its share of the budget
-(:mod:`tuner.stages`: reduced precision within an accuracy budget, throughput under load).
+parts of an objective are further stages, each with its share of the budget (:mod:`tuner.stages`;
+:func:`tuner.stages.sequence.stages_for` builds the list). This module names no stage but the
+first: the objective's own parts stay with their stages.
 
 This module runs the stages in order (:func:`tune`, :func:`_tune`) and stores the winner; the
 options and result types live in :mod:`tuner.tune_types` and are re-exported here.
@@ -67,9 +69,9 @@ __all__ = ["NOISY_SPREAD", "PlanCandidate", "TuneOptions", "TuneResult", "Tuning
 
 
 def objective_of(opts: TuneOptions) -> Objective:
-    """The objective ``opts`` tune for, resolved (a throughput objective without a concurrency:
-    one request in flight per configured thread) and checked; without its accuracy part, which
-    names the data's digest once the data is loaded (:meth:`tuner.stages.base.TuningStage.prepare`)."""
+    """The objective ``opts`` tune for, resolved (:meth:`dispatch.objective.Objective.resolved`)
+    and checked; the parts that need the model (a data digest) are added by the stages once it
+    is loaded (:meth:`tuner.stages.base.TuningStage.prepare`)."""
     try:
         return Objective(opts.objective, memory_cap=opts.memory_cap_bytes, concurrency=opts.concurrency,
                          p99_ms=opts.max_latency_ms, nonstrict_nan=opts.allow_nonstrict_nan).resolved()
@@ -79,7 +81,7 @@ def objective_of(opts: TuneOptions) -> Objective:
 
 def objective_key(opts: TuneOptions) -> str:
     """The objective as it appears in plan keys, e.g. ``latency``, ``latency@cap=1000000`` or
-    ``throughput@n=4,p99=50`` (without an accuracy part: :func:`objective_of`)."""
+    ``memory+nonstrict-nan``, before the stages add what needs the model (:func:`objective_of`)."""
     return str(objective_of(opts))
 
 

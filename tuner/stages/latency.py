@@ -69,7 +69,8 @@ class LatencyTuning(TuningStage):
         baselines = [(UNTUNED, untuned)]
         for b in backends:
             try:
-                plan = heuristic_plan(graph, registry, [b] if b == REFERENCE_BACKEND else [b, REFERENCE_BACKEND])
+                plan = heuristic_plan(graph, registry,
+                                      [b] if b == REFERENCE_BACKEND else [b, REFERENCE_BACKEND])
             except OpDispatchError:
                 continue
             baselines.append(("numpy only" if b == "numpy" else f"{b} first", plan))
@@ -133,9 +134,11 @@ class LatencyTuning(TuningStage):
             best = None
             say(f"no optimised plan: {exc}")
         if best is not None:
-            provenance["optimizer"] = {"method": best.method, "optimal": best.optimal, "predicted_s": best.total}
+            provenance["optimizer"] = {"method": best.method, "optimal": best.optimal,
+                                       "predicted_s": best.total}
             plans.append(PlanCandidate("optimum", plan_from(
-                graph, registry, chosen_ids(best), by_id, alternatives, rejected, dict(provenance)), best.total))
+                graph, registry, chosen_ids(best), by_id, alternatives, rejected, dict(provenance)),
+                best.total))
             for k, alt_problem in enumerate(alternative_problems(problem, best, max(0, opts.top_k - 1))):
                 if time.monotonic() > opt_end:
                     skipped_alternatives += 1
@@ -144,9 +147,11 @@ class LatencyTuning(TuningStage):
                     alt = optimize(alt_problem, time_limit_s=time_limit())
                 except OpDispatchError:
                     continue
+                alt_provenance = dict(provenance, optimizer={
+                    "method": alt.method, "optimal": alt.optimal, "predicted_s": alt.total})
                 plans.append(PlanCandidate(f"alternative {k + 1}", plan_from(
-                    graph, registry, chosen_ids(alt), by_id, alternatives, rejected, dict(provenance, optimizer={
-                        "method": alt.method, "optimal": alt.optimal, "predicted_s": alt.total})), alt.total))
+                    graph, registry, chosen_ids(alt), by_id, alternatives, rejected, alt_provenance),
+                    alt.total))
         opt_s = time.monotonic() - t0
         # the baselines compete too, annotated with the same measurements as the others: the
         # winner is then measured against every single-backend plan, not predicted to beat it
@@ -197,7 +202,8 @@ class LatencyTuning(TuningStage):
         plans = ctx.plans
         valid = [pc for pc in plans if pc.error is None]
         fastest = min(valid, key=lambda pc: pc.latency_ms or 0.0)
-        self.kept = "" if fastest is winner or ctx.opts.objective != "latency" or ctx.choose is not None else (
+        chosen_alone = ctx.opts.objective == "latency" and ctx.choose is None
+        self.kept = "" if fastest is winner or not chosen_alone else (
             f"{fastest.label} measured {fastest.latency_ms:.3f} ms, within the measured spread of "
             f"{winner.label}'s {winner.latency_ms:.3f} ms: the single-backend plan is kept")
         self.noisy = [pc.label for pc in valid

@@ -27,6 +27,8 @@ OPTIMIZE_SHARE = 0.70
 
 
 def node_cost(c: Candidate, m: Measurement, objective: str) -> float:
+    """A candidate's cost in the objective's unit: its measured median, seconds, or for the
+    memory objective the bytes of the tensors it produces."""
     if objective == "memory":
         return float(sum(v.nbytes for v in c.node.outputs if v is not None))
     return m.median_s
@@ -38,12 +40,15 @@ def build_problem(
     conv_costs: Mapping[tuple[str, str, str], float | None],
     objective: str,
 ) -> Problem:
+    """The optimiser's problem: a choice per usable candidate at its cost
+    (:func:`node_cost`), and converters at their measured cost (bytes, for memory)."""
     choices = []
     for c, m in usable:
         choices.append(Choice(
             id=c.id,
             nodes=c.nodes,
-            inputs=tuple((v.name, lay) for v, lay in zip(c.node.inputs, c.layouts_in) if v is not None and not v.is_const),
+            inputs=tuple((v.name, lay) for v, lay in zip(c.node.inputs, c.layouts_in)
+                         if v is not None and not v.is_const),
             outputs=tuple((v.name, lay) for v, lay in zip(c.node.outputs, c.layouts_out)),
             cost=node_cost(c, m, objective),
             priority=c.impl.priority,
@@ -79,6 +84,8 @@ def plan_from(
     rejected: Mapping[str, list[Rejected]],
     provenance: dict[str, Any],
 ) -> Plan:
+    """The plan of the candidates ``chosen_ids``, each step annotated with what it beat (the
+    other candidates over its nodes, measured or rejected) and the conversions between them."""
     steps = []
     for cid in chosen_ids:
         cand, m = by_id[cid]
@@ -92,7 +99,8 @@ def plan_from(
                 else:
                     pct = 100.0 * (om.median_s - m.median_s) / m.median_s if m.median_s > 0 else 0.0
                     losers.append(Rejected(other.impl.name, other.impl.backend,
-                                           f"lost: {om.median_s * 1e3:.4f} ms ({pct:+.0f}% vs winner), covers {'+'.join(other.nodes)}"))
+                                           f"lost: {om.median_s * 1e3:.4f} ms ({pct:+.0f}% vs winner), "
+                                           f"covers {'+'.join(other.nodes)}"))
             losers += rejected.get(node, [])
         steps.append(PlanStep(
             nodes=list(cand.nodes), op=cand.impl.op, impl=cand.impl.name, backend=cand.impl.backend,
@@ -106,10 +114,12 @@ def plan_from(
 
 
 def chosen_ids(solution: Solution) -> list[str]:
+    """The ids of the candidates ``solution`` chose, each once."""
     return [c.id for c in chosen(solution)]
 
 
 def chosen(solution: Solution) -> list[Choice]:
+    """The choices ``solution`` made, each once (a solution may map nodes to choices)."""
     picked = solution.choices
     if isinstance(picked, Mapping):
         seen, out = set(), []

@@ -1,5 +1,5 @@
 """Throughput tuning: which plan, set up how, answers the most requests per second with N in
-flight (the objective ``throughput@n=N[,p99=MS]``, :func:`dispatch.plan_policy.throughput_target`).
+flight (the objective ``throughput@n=N[,p99=MS]``, :class:`dispatch.objective.Objective`).
 
 The latency stages have validated whole plans one request at a time (:mod:`tuner.validate`);
 this stage takes the valid ones (the fastest first, distinct plans only, as many as its share
