@@ -2,7 +2,7 @@
 
 A plan tuned for latency runs one request at a time on every core: one executor, its library
 regions built with the configured threads. A plan tuned for throughput
-(``throughput@n=N[,p99=MS]``: :func:`dispatch.plan_policy.throughput_target`) also records how
+(``throughput@n=N[,p99=MS]``: :class:`dispatch.objective.Objective`) also records how
 a server runs it (:class:`ServingConfig`, ``Plan.serving``), in one of two modes:
 
 - ``streams``: ``streams`` independent executors of the plan, each with its own library

@@ -18,14 +18,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from dispatch.errors import ArgumentError
+from dispatch.objective import AccuracyTarget, Objective, parse_accuracy
 from dispatch.plan import Plan
-from dispatch.plan_policy import (
-    accuracy_string,
-    accuracy_target,
-    parse_accuracy,
-    parse_objective,
-    tune_flags,
-)
 from tests.accuracy import fake_precision
 from tests.accuracy.fake_precision import registry_with_fake_precision
 from tuner.accuracy.data import data_digest, load_data
@@ -113,13 +107,14 @@ def test_custom_metric_needs_its_function():
 
 
 def test_objective_key_names_metric_budget_and_data():
-    objective = "latency" + accuracy_string("cosine", 0.999, "0123abcd")
-    assert objective == "latency+accuracy=cosine:0.999,data=0123abcd"
-    assert parse_objective(objective) == ("latency", None)
-    assert accuracy_target(objective) == ("cosine", 0.999, "0123abcd")
-    assert "--accuracy cosine:0.999 --data" in tune_flags(objective)
+    objective = Objective("latency", accuracy=AccuracyTarget("cosine", 0.999, "0123abcd"))
+    assert str(objective) == "latency+accuracy=cosine:0.999,data=0123abcd"
+    parsed = Objective.parse(str(objective))
+    assert (parsed.name, parsed.memory_cap) == ("latency", None)
+    assert parsed.accuracy == AccuracyTarget("cosine", 0.999, "0123abcd")
+    assert "--accuracy cosine:0.999 --data" in parsed.tune_flags()
     with pytest.raises(ArgumentError, match="digest"):
-        parse_objective("latency+accuracy=cosine:0.999")
+        Objective.parse("latency+accuracy=cosine:0.999")
 
 
 # -- data -------------------------------------------------------------------------------------
@@ -193,7 +188,7 @@ def test_search_takes_what_fits_and_backs_off_what_breaks_the_budget(tmp_path):
     whole = next(c for c in acc["candidates"] if "whole" in c["label"])
     assert not whole["within"] and whole["on"] == "calibration"
     # stored under the accuracy objective, with the data's digest; reports show precision
-    assert accuracy_target(result.key.objective)[0] == "max-rel"
+    assert Objective.parse(result.key.objective).accuracy.metric == "max-rel"
     stored = store.get_plan(result.key).plan()
     assert stored.precisions() == plan.precisions()
     text = result.summary()
@@ -430,7 +425,8 @@ def test_session_tune_with_feeds_and_a_metric_of_ones_own(tmp_path):
 
     result = sess.tune(budget_s=10, accuracy="worst-abs:0.05", accuracy_data=samples(8), accuracy_fn=worst_abs,
                        validate_runs=3)
-    assert calls and accuracy_target(result.key.objective)[:2] == ("worst-abs", 0.05)
+    target = Objective.parse(result.key.objective).accuracy
+    assert calls and (target.metric, target.budget) == ("worst-abs", 0.05)
     assert result.plan.provenance["accuracy"]["held_out"]["within"]
     feeds = samples(1, seed=9)[0]
     np.testing.assert_allclose(sess.run(None, feeds)[0], Session(str(model), store=False).run(None, feeds)[0], rtol=0.05)

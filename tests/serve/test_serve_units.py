@@ -135,7 +135,7 @@ allow_untuned = true
 def test_accuracy_and_data_name_the_plan_by_the_data_digest(tmp_path):
     """``accuracy`` and ``data`` (relative to the model's folder in config.toml) become the
     objective's accuracy part, as ``opdispatch tune --accuracy --data`` keyed the plan."""
-    from dispatch.plan_policy import accuracy_string
+    from dispatch.objective import AccuracyTarget
     from tuner.accuracy.data import data_digest
 
     _model(tmp_path / "m" / "model.onnx")
@@ -144,11 +144,11 @@ def test_accuracy_and_data_name_the_plan_by_the_data_digest(tmp_path):
     digest = data_digest(str(tmp_path / "m" / "samples.npz"))
     _config(tmp_path / "m", 'objective = "throughput@n=4"\naccuracy = "cosine:0.999"\ndata = "samples.npz"\n')
     (spec,) = discover([tmp_path / "m"], ServeSettings())
-    assert spec.settings.objective == "throughput@n=4" + accuracy_string("cosine", 0.999, digest)
+    assert spec.settings.objective == f"throughput@n=4+{AccuracyTarget('cosine', 0.999, digest)}"
     assert spec.settings.accuracy is None and spec.settings.data is None  # now in the objective
     base = settings_from({"objective": "latency+nonstrict-nan", "accuracy": "max-rel:0.01",
                           "data": str(tmp_path / "m" / "samples.npz")})
-    assert base.objective == "latency" + accuracy_string("max-rel", 0.01, digest) + "+nonstrict-nan"
+    assert base.objective == f"latency+{AccuracyTarget('max-rel', 0.01, digest)}+nonstrict-nan"
     assert base.checked("again") == base  # checked twice: the same
     with pytest.raises(ArgumentError, match="accuracy and data go together"):
         settings_from({"accuracy": "cosine:0.999"})

@@ -25,7 +25,7 @@ import pytest
 from dispatch import Session
 from dispatch.backend import Backend, _activate, load_registry
 from dispatch.errors import ArgumentError
-from dispatch.plan_policy import nonstrict_nan, objective_string, parse_objective
+from dispatch.objective import Objective
 from dispatch.registry import ImplTable, Priority, Registry
 from tests.builders import ModelBuilder
 from tuner.candidates import enumerate_candidates
@@ -130,12 +130,14 @@ def test_a_candidate_that_drops_nan_is_caught_and_a_propagating_one_is_not(reg):
 
 
 def test_objectives_name_nonstrict_nan():
-    assert objective_string("latency", None, True) == "latency+nonstrict-nan"
-    assert objective_string("latency", 1000, True) == "latency@cap=1000+nonstrict-nan"
-    assert parse_objective("latency@cap=1000+nonstrict-nan") == ("latency", 1000)
-    assert nonstrict_nan("memory+nonstrict-nan") and not nonstrict_nan("memory")
+    assert str(Objective("latency", nonstrict_nan=True)) == "latency+nonstrict-nan"
+    assert str(Objective("latency", 1000, nonstrict_nan=True)) == "latency@cap=1000+nonstrict-nan"
+    parsed = Objective.parse("latency@cap=1000+nonstrict-nan")
+    assert (parsed.name, parsed.memory_cap) == ("latency", 1000)
+    assert Objective.parse("memory+nonstrict-nan").nonstrict_nan
+    assert not Objective.parse("memory").nonstrict_nan
     with pytest.raises(ArgumentError, match="nonstrict-nan"):
-        parse_objective("latency+lenient")
+        Objective.parse("latency+lenient")
 
 
 # ------------------------------------------------------------------------------------------

@@ -13,14 +13,8 @@ import pytest
 
 from dispatch import Session
 from dispatch.errors import ArgumentError, PlanError, PlanNotFoundError
+from dispatch.objective import Objective
 from dispatch.plan import Plan
-from dispatch.plan_policy import (
-    canonical_objective,
-    objective_string,
-    parse_objective,
-    throughput_target,
-    tune_flags,
-)
 from dispatch.serving import ServingConfig, build_settings, building
 from dispatch.stream_pool import StreamPool
 from tests.builders import small_cnn
@@ -34,18 +28,20 @@ from tests.builders import small_cnn
     ("throughput@n=8,p99=7.5+nonstrict-nan", (8, 7.5), "throughput@n=8,p99=7.5+nonstrict-nan"),
 ])
 def test_throughput_objectives_parse_and_round_trip(given, target, canonical):
-    assert parse_objective(given) == ("throughput", None)
-    assert throughput_target(given) == target
-    assert canonical_objective(given) == canonical
-    assert objective_string("throughput", nonstrict_nan=given.endswith("+nonstrict-nan"),
-                            concurrency=target[0], max_latency_ms=target[1]) == canonical
+    parsed = Objective.parse(given)
+    assert (parsed.name, parsed.memory_cap) == ("throughput", None)
+    assert (parsed.concurrency, parsed.p99_ms) == target
+    assert str(parsed.resolved()) == canonical
+    assert str(Objective("throughput", nonstrict_nan=given.endswith("+nonstrict-nan"),
+                         concurrency=target[0], p99_ms=target[1])) == canonical
 
 
 def test_a_bare_throughput_objective_names_the_configured_threads():
     from dispatch.blas import configured_threads
 
-    assert canonical_objective("throughput") == f"throughput@n={configured_threads()}"
-    assert throughput_target("latency") is None and canonical_objective("latency") == "latency"
+    assert str(Objective.parse("throughput").resolved()) == f"throughput@n={configured_threads()}"
+    latency = Objective.parse("latency")
+    assert not latency.is_throughput and str(latency.resolved()) == "latency"
 
 
 @pytest.mark.parametrize("bad", ["throughput@n=0", "throughput@n=x", "throughput@x=1",
@@ -53,15 +49,15 @@ def test_a_bare_throughput_objective_names_the_configured_threads():
                                  "throughput@cap=5", "throughput@n=4,", "throughput@n=100000"])
 def test_malformed_throughput_objectives_say_what_is_expected(bad):
     with pytest.raises(ArgumentError, match=r"throughput@n=N,p99=MS") as err:
-        parse_objective(bad)
+        Objective.parse(bad)
     assert repr(bad) in str(err.value)
 
 
 def test_concurrency_goes_with_the_throughput_objective_only():
     with pytest.raises(ArgumentError, match="throughput objective"):
-        objective_string("latency", concurrency=4)
-    with pytest.raises(ArgumentError, match="needs its concurrency"):
-        objective_string("throughput")
+        Objective("latency", concurrency=4)
+    with pytest.raises(ArgumentError, match="throughput objective"):
+        Objective("memory", p99_ms=50)
 
 
 @pytest.mark.parametrize(("objective", "flags"), [
@@ -72,7 +68,7 @@ def test_concurrency_goes_with_the_throughput_objective_only():
     ("latency+nonstrict-nan", " --allow-nonstrict-nan"),
 ])
 def test_tune_flags_spell_the_objective_for_the_cli(objective, flags):
-    assert tune_flags(objective) == flags
+    assert Objective.parse(objective).tune_flags() == flags
 
 
 def test_a_missing_throughput_plan_says_how_to_tune_one(tmp_path):
