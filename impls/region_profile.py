@@ -112,7 +112,8 @@ def _strip(name: str) -> str:
     return name
 
 
-def attribute(region: FusedNode, kernels: Sequence[Kernel]) -> tuple[dict[str, float], dict[str, str], list[str]]:
+def attribute(region: FusedNode,
+              kernels: Sequence[Kernel]) -> tuple[dict[str, float], dict[str, str], list[str]]:
     """``(node -> ms, node -> shared kernel, notes)``: the kernels' times on the region's
     nodes (see the module docstring); every region node gets a time."""
     nodes = list(region.nodes)

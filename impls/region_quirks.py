@@ -1,9 +1,9 @@
 """Where onnxruntime and OpenVINO run the exporters' index, layout and normalisation operators
 (Resize, Einsum, DepthToSpace, SpaceToDepth, GroupNormalization, MeanVarianceNormalization,
-and the types some lack kernels for; OpenVINO's LpNormalization is in its UNSUPPORTED_OPS) differently from ONNX (the
-numpy reference) or fail on them, measured with onnxruntime 1.32 and OpenVINO 2026.4 on one-node
-regions (tests/numpy/test_exporter_index_ops.py's cases and more); each region backend's
-``node_reason`` refuses these nodes with the reason given here.
+and the types some lack kernels for; OpenVINO's LpNormalization is in its UNSUPPORTED_OPS)
+differently from ONNX (the numpy reference) or fail on them, measured with onnxruntime 1.32 and
+OpenVINO 2026.4 on one-node regions (tests/numpy/test_exporter_index_ops.py's cases and more);
+each region backend's ``node_reason`` refuses these nodes with the reason given here.
 
 GroupNormalization before opset 21 (scale and bias per group) is refused by both: onnx's
 checker rejects it as deprecated, so its region model would not load.
@@ -200,7 +200,8 @@ def _openvino_resize(node: Node) -> str | None:
     if node.opset >= 18 and int(a.get("antialias", 0)):
         return "OpenVINO's antialiased Resize differs from ONNX's (measured: errors up to 1.0)"
     if int(a.get("exclude_outside", 0)):
-        return "OpenVINO's cubic Resize with exclude_outside differs from ONNX's (measured: errors 0.05 to 0.15)"
+        return ("OpenVINO's cubic Resize with exclude_outside differs from ONNX's "
+                "(measured: errors 0.05 to 0.15)")
     if node.opset >= 18 and str(a.get("keep_aspect_ratio_policy", "stretch")) != "stretch":
         return "OpenVINO's Resize ignores keep_aspect_ratio_policy (measured: wrong output shape)"
     if node.opset >= 18 and any(int(x) < 0 for x in a.get("axes") or ()):

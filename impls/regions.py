@@ -131,7 +131,8 @@ def propose(graph: Graph, node_reason: NodeReason, *, refused_alone: bool = Fals
     runs = _maximal_runs(ok)
     cuts = _cut_points(graph)
     bounds = [-1, *cuts, len(nodes) - 1]
-    blocks = [(bounds[i] + 1, bounds[i + 1]) for i in range(len(bounds) - 1) if bounds[i] + 1 <= bounds[i + 1]]
+    blocks = [(bounds[i] + 1, bounds[i + 1]) for i in range(len(bounds) - 1)
+              if bounds[i] + 1 <= bounds[i + 1]]
     stages: list[tuple[int, int]] = []
     for a, b in blocks:
         if stages and _cut_value(graph, stages[-1][1]) == _cut_value(graph, b) and b < len(nodes) - 1:
@@ -265,7 +266,8 @@ def region_model(region: FusedNode, external: dict[str, np.ndarray] | None = Non
     if all(v.shape is not None for v in [*region.inputs, *region.outputs]):
         # (a value of unknown rank, declared without a shape, is refused by the checker,
         # not by the libraries: such a region is checked by the library that loads it)
-        onnx.checker.check_model(model(inputs + stand_ins, [t for name, t in inits.items() if name not in large]))
+        onnx.checker.check_model(model(inputs + stand_ins,
+                                       [t for name, t in inits.items() if name not in large]))
     return model(inputs, list(inits.values()))
 
 

@@ -105,8 +105,8 @@ def static_reason(region: FusedNode) -> str | None:
     if why is not None:
         return why
     for n in region.nodes:
-        if n.op_type in STATIC_OPS and len(n.inputs) > 1 and n.inputs[1] is not None and n.inputs[1].is_const \
-                and np.asarray(n.inputs[1].const).dtype == np.float32:
+        if n.op_type in STATIC_OPS and len(n.inputs) > 1 and n.inputs[1] is not None \
+                and n.inputs[1].is_const and np.asarray(n.inputs[1].const).dtype == np.float32:
             return None
     return "the region holds no Conv, MatMul or Gemm with constant float32 weights to quantize"
 

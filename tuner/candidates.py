@@ -174,7 +174,8 @@ def enumerate_candidates(
         for impl, names in found:
             got = _candidate(registry, impl, region_node(graph, names))
             if isinstance(got, str):
-                out.rejected[names[0]].append(Rejected(impl.name, impl.backend, f"unsupported region of {len(names)} node(s): {got}"))
+                out.rejected[names[0]].append(
+                    Rejected(impl.name, impl.backend, f"unsupported region of {len(names)} node(s): {got}"))
             else:
                 out.candidates.append(got)
     return out

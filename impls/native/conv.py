@@ -16,8 +16,9 @@ native/src/isa/conv_blocked.cpp):
 
 Every variant also runs the fused patterns Conv+Relu, Conv+Clip (constant bounds),
 Conv+Add (the other Add input: a same-shape tensor in the output's blocked layout),
-Conv+Add+Relu, and the same two with a two-input Sum in place of Add, with bias, residual and clamp applied in the kernel's epilogue. Packed weight
-layouts are registered here, so a plan packs constant weights once when it is built.
+Conv+Add+Relu, and the same two with a two-input Sum in place of Add, with bias, residual and
+clamp applied in the kernel's epilogue. Packed weight layouts are registered here, so a plan
+packs constant weights once when it is built.
 """
 
 from __future__ import annotations

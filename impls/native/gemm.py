@@ -369,7 +369,8 @@ def _apply_epilogue(mod: Any, y: np.ndarray, args: tuple, kind: tuple[str, int] 
     """The fused Add / activation after a batched MatMul (not in the GEMM write-back)."""
     if kind is not None:
         r = _c(args[kind[1]])
-        y = mod.binary_broadcast("add", y, r.reshape(r.shape[-1]) if kind[0] == "bias" else r.reshape(y.shape))
+        y = mod.binary_broadcast("add", y,
+                                 r.reshape(r.shape[-1]) if kind[0] == "bias" else r.reshape(y.shape))
     if act == "relu":
         y = mod.relu(y)
     elif act == "clip":

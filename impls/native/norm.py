@@ -83,7 +83,8 @@ def _supports(layout: str) -> Callable[[Node], str | None]:
                 return (f"needs constant scale, B, mean and var (folded once when the plan is "
                         f"built); {name} is computed at run time")
             if tuple(np.shape(v.const)) != (c,):
-                return f"{name} must have shape ({c},) for X of shape {tuple(xs)}, received {np.shape(v.const)}"
+                return (f"{name} must have shape ({c},) for X of shape {tuple(xs)}, "
+                        f"received {np.shape(v.const)}")
         return None
 
     return check

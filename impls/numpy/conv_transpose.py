@@ -67,7 +67,8 @@ def _supports_conv_transpose(node: Node) -> str | None:
         if any(int(v) < lo for v in values):
             return f"ConvTranspose {name} must be >= {lo}; received {list(values)}"
         if len(values) != per * nd:
-            return f"ConvTranspose {name} needs {per * nd} values for {nd} spatial axes; received {list(values)}"
+            return (f"ConvTranspose {name} needs {per * nd} values for {nd} spatial axes; "
+                    f"received {list(values)}")
     out_shape = node.attr("output_shape")
     if out_shape is not None and len(out_shape) not in (nd, nd + 2):
         return f"ConvTranspose output_shape needs {nd} values; received {list(out_shape)}"

@@ -66,7 +66,8 @@ def _supports_einsum(node: Node) -> str | None:
         if v.shape is None:
             continue
         labels = term.replace("...", "")
-        if ("..." in term and len(v.shape) < len(labels)) or ("..." not in term and len(v.shape) != len(labels)):
+        if (("..." in term and len(v.shape) < len(labels))
+                or ("..." not in term and len(v.shape) != len(labels))):
             return f"Einsum term {term!r} does not fit input {v.name!r} of shape {list(v.shape)}"
         head = term.partition("...")[0]
         dims = list(v.shape[: len(head)]) + list(v.shape[len(v.shape) - len(labels) + len(head) :])

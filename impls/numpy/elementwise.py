@@ -516,7 +516,8 @@ def _cast_reason(to: Any) -> str | None:
         return "Cast to STRING is not supported (string casts are out of scope)"
     if "FLOAT8" in name or "FLOAT4" in name:
         return f"Cast to {name} (8-bit / 4-bit floats, saturate attribute) is not supported"
-    return f"Cast to {name} is not supported; targets: {', '.join(sorted(d.name for d in _CAST_TARGETS.values()))}"
+    targets = ", ".join(sorted(d.name for d in _CAST_TARGETS.values()))
+    return f"Cast to {name} is not supported; targets: {targets}"
 
 
 def _supports_cast(node: Node) -> str | None:

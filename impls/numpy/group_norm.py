@@ -120,7 +120,8 @@ def _supports_group_norm(node: Node) -> str | None:
         return f"GroupNormalization needs a num_groups attribute >= 1; received {groups!r}"
     groups = int(groups)
     if node.opset >= 21 and _stash(node) is None:
-        return f"GroupNormalization stash_type={node.attr('stash_type')} is not a floating-point type numpy has"
+        return (f"GroupNormalization stash_type={node.attr('stash_type')} "
+                "is not a floating-point type numpy has")
     xs = node.input(0).shape
     if xs is None:
         return None

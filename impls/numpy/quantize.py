@@ -61,7 +61,8 @@ def _supports_quantize(node: Node) -> str | None:
         return "QuantizeLinear needs its scale (input 1)"
     out = _dtype(node.input(2)) or _output_dtype(node) or "uint8"
     if out not in QUANT_RANGES:
-        return f"QuantizeLinear to {out} is not supported (float8 and 4-bit types: numpy has none); types: {', '.join(QUANT_RANGES)}"
+        return (f"QuantizeLinear to {out} is not supported (float8 and 4-bit types: numpy has none); "
+                f"types: {', '.join(QUANT_RANGES)}")
     return None
 
 
@@ -80,7 +81,8 @@ def quantize_linear_rint(node: Node) -> Kernel:
 def _supports_dequantize(node: Node) -> str | None:
     x = _dtype(node.input(0))
     if x is not None and x not in (*QUANT_RANGES, "int32"):
-        return f"DequantizeLinear reads {', '.join((*QUANT_RANGES, 'int32'))}, received {x} (float8 and 4-bit types: numpy has none)"
+        return (f"DequantizeLinear reads {', '.join((*QUANT_RANGES, 'int32'))}, received {x} "
+                "(float8 and 4-bit types: numpy has none)")
     if node.input(1) is None:
         return "DequantizeLinear needs its scale (input 1)"
     scale = _dtype(node.input(1))
@@ -147,7 +149,8 @@ def _zero_point(zp: np.ndarray | None, rank: int, axis_from_end: int) -> np.ndar
 def matmul_integer_int32(node: Node) -> Kernel:
     """MatMulInteger: ``(A - a_zero_point) @ (B - b_zero_point)`` accumulated in int32."""
 
-    def run(a: np.ndarray, b: np.ndarray, a_zp: np.ndarray | None = None, b_zp: np.ndarray | None = None) -> np.ndarray:
+    def run(a: np.ndarray, b: np.ndarray, a_zp: np.ndarray | None = None,
+            b_zp: np.ndarray | None = None) -> np.ndarray:
         aa = a.astype(np.int32) - _zero_point(a_zp, a.ndim, 2)
         bb = b.astype(np.int32) - _zero_point(b_zp, b.ndim, 1)
         return np.matmul(aa, bb).astype(np.int32)

@@ -480,7 +480,8 @@ _PAD_MODES = ("constant", "reflect", "edge", "wrap")
 def _supports_pad(node: Node) -> str | None:
     mode = node.attr("mode", "constant")
     if mode not in _PAD_MODES or (mode == "wrap" and node.opset < 19):
-        return f"Pad mode {mode!r} is not supported at opset {node.opset}; modes: constant, reflect, edge (wrap from 19)"
+        return (f"Pad mode {mode!r} is not supported at opset {node.opset}; "
+                "modes: constant, reflect, edge (wrap from 19)")
     if node.opset < 11:
         return None if node.attr("pads") is not None else "Pad needs the pads attribute"
     return first_reason(

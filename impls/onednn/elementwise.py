@@ -192,7 +192,8 @@ def _broadcast(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...] | None
     return tuple(out)
 
 
-def _binary_operands(node: Node, commutative: bool) -> tuple[int, int, tuple[int, ...], tuple[int, ...]] | str:
+def _binary_operands(node: Node,
+                     commutative: bool) -> tuple[int, int, tuple[int, ...], tuple[int, ...]] | str:
     """(index of the full operand, index of the broadcast one, full dims, broadcast dims) of
     a broadcasting binary node (oneDNN broadcasts its second source only)."""
     a, b = tuple(node.input(0).shape), tuple(node.input(1).shape)

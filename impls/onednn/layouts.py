@@ -24,8 +24,9 @@ convolution with ``group == M`` is the tensor ``(M, 1, C/g, KH, KW)`` in a 5-let
 (``dnnl:decbA16a``, ``dnnl:decbA8a`` (AVX2 brdgmm, 3.x only), ``dnnl:Abcde16a``,
 ``dnnl:Abcde8a``, ``dnnl:decab``). Other grouped weights stay in ``std`` and are reordered when
 the plan is built. Formats that the oneDNN the module was built against cannot name
-(:data:`ONLY_3X` under 2.x) are not registered. Matmul weights ``(K, N)`` (``BA16a{16,32,48,64}b`` and the like, see
-impls/onednn/gemm.py) are ``dnnl:{tag}`` over the ONNX tensor's own dims.
+(:data:`ONLY_3X` under 2.x) are not registered. Matmul weights ``(K, N)``
+(``BA16a{16,32,48,64}b`` and the like, see impls/onednn/gemm.py) are ``dnnl:{tag}`` over the
+ONNX tensor's own dims.
 
 A plan converts constant weights to these layouts once, when it is built (``at_build``).
 """

@@ -58,7 +58,8 @@ def pool_params(node: Node) -> tuple[list[int], str] | str:
     kernel = node.attr("kernel_shape")
     if kernel is None or len(kernel) != 2:
         return f"needs a 2-D kernel_shape, received {kernel}"
-    if node.op_type == "AveragePool" and node.attr("dilations") and any(int(d) != 1 for d in node.attr("dilations")):
+    if (node.op_type == "AveragePool" and node.attr("dilations")
+            and any(int(d) != 1 for d in node.attr("dilations"))):
         return "AveragePool with dilations is not supported"
     win = window_attrs(node, 2, kernel)
     geom = win.geometry((h, w))

@@ -1,9 +1,10 @@
 """onnxruntime regions in int8, quantized by onnxruntime's own tool: dynamically
 (``quantize_dynamic``: the MatMul and Gemm nodes whose weights are constants get int8 weights
 and quantize their activations at run time, ``DynamicQuantizeLinear`` + ``MatMulInteger``) or
-statically (a QDQ model with ranges calibrated on the user's data: :mod:`impls.static_quant`). The region still reads and writes the model's float32 tensors, so the variant is a
-drop-in for the float32 region; only accuracy-objective tuning offers it
-(:mod:`tuner.accuracy`), which measures the error it adds on the user's data.
+statically (a QDQ model with ranges calibrated on the user's data: :mod:`impls.static_quant`).
+The region still reads and writes the model's float32 tensors, so the variant is a drop-in for
+the float32 region; only accuracy-objective tuning offers it (:mod:`tuner.accuracy`), which
+measures the error it adds on the user's data.
 """
 
 from __future__ import annotations

@@ -62,7 +62,8 @@ def _op_reason(node: Node) -> str | None:
     kernel for), else ``None``."""
     if node.op_type not in ("Mod", "OneHot"):  # the only ops checked here (a region checks every node)
         return None
-    dtypes = [None if v is None or v.dtype is None else region_quirks.dtype_name(v.dtype) for v in node.inputs]
+    dtypes = [None if v is None or v.dtype is None else region_quirks.dtype_name(v.dtype)
+              for v in node.inputs]
     if node.op_type == "Mod" and not node.attrs.get("fmod") and any(
             d is not None and d.startswith("float") for d in dtypes):
         return ("onnxruntime runs Mod on floats only with fmod=1 (it fails on fmod=0 before "

@@ -1,9 +1,9 @@
 """OpenVINO regions in reduced precision: the region compiled with the CPU plugin's inference
 precision hint set to ``bf16`` where the CPU computes bf16 natively (AVX512_BF16 or AMX: the
 plugin's ``OPTIMIZATION_CAPABILITIES`` name ``BF16``), ``f16`` where it computes f16 natively
-(``FP16``: AMX-FP16, ARM), or its QDQ int8 model
-(:mod:`impls.static_quant`, ranges calibrated on the user's data) run by the plugin in int8. The region still reads and writes the
-model's float32 tensors (the plugin converts at its edges), so the variant is a drop-in for the
+(``FP16``: AMX-FP16, ARM), or its QDQ int8 model (:mod:`impls.static_quant`, ranges calibrated
+on the user's data) run by the plugin in int8. The region still reads and writes the model's
+float32 tensors (the plugin converts at its edges), so the variant is a drop-in for the
 float32 region; only accuracy-objective tuning offers it (:mod:`tuner.accuracy`), which
 measures the error it adds on the user's data.
 """

@@ -127,7 +127,8 @@ def parse_shape_sets(texts: Sequence[str]) -> list[dict[str, list[int]]]:
             "(or one shape, kept in every set)")
     n = max(counts.values(), default=1)
     if n > MAX_SHAPE_SETS:
-        raise UsageError(f"--shape asks for {n} sets of shapes; at most {MAX_SHAPE_SETS} are tuned in one run")
+        raise UsageError(f"--shape asks for {n} sets of shapes; "
+                         f"at most {MAX_SHAPE_SETS} are tuned in one run")
     return [{name: (v[k] if len(v) > 1 else v[0]) for name, v in per_input.items()} for k in range(n)]
 
 

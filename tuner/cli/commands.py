@@ -2,8 +2,9 @@
 
 User errors (bad files, unknown names, unsupported models, ``run --require-plan`` without a
 stored plan) print one clear message and exit with status 2, without a traceback; internal
-failures keep their traceback. The ``plans`` commands live in :mod:`tuner.cli.plans`, ``report``/``explain``/``profile`` in
-:mod:`tuner.cli.reports`, the shared argument helpers in :mod:`tuner.cli.args`.
+failures keep their traceback. The ``plans`` commands live in :mod:`tuner.cli.plans`,
+``report``/``explain``/``profile`` in :mod:`tuner.cli.reports`, the shared argument helpers in
+:mod:`tuner.cli.args`.
 """
 
 from __future__ import annotations
@@ -56,7 +57,8 @@ def cmd_backends(args: argparse.Namespace) -> int:
     rows = [("backend", "status", "version", "layouts", "impls", "origin")]
     for name, st in reg.backends.items():
         status = "available" if st.available else f"unavailable: {st.reason}"
-        rows.append((name, status, st.version or "-", ",".join(st.layouts) or "-", str(st.implementations), st.origin))
+        rows.append((name, status, st.version or "-", ",".join(st.layouts) or "-",
+                     str(st.implementations), st.origin))
     print(table(rows, max_width=70))
     unavailable = [(name, st) for name, st in reg.backends.items() if not st.available]
     if unavailable:  # the table cuts long reasons; here they are whole
@@ -313,29 +315,34 @@ def build_parser() -> argparse.ArgumentParser:
     from tuner.cli.reports import add_parsers as add_report_parsers
     from tuner.cli.serve import add_parser as add_serve_parser
 
-    p = argparse.ArgumentParser(prog="opdispatch", description="Tuning-driven operator dispatcher for ONNX models.")
+    p = argparse.ArgumentParser(prog="opdispatch",
+                                description="Tuning-driven operator dispatcher for ONNX models.")
     from dispatch import __version__
 
     p.add_argument("--version", action="version", version=f"opdispatch {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
     b = sub.add_parser("backends", help="list backends, their availability, layouts and implementations")
-    b.add_argument("-v", "--verbose", action="store_true", help="also list every implementation and converter")
+    b.add_argument("-v", "--verbose", action="store_true",
+                   help="also list every implementation and converter")
     b.add_argument("--plugin-path", default=None, help="folders with plugin backends (os.pathsep-separated)")
     b.set_defaults(fn=cmd_backends)
 
     o = sub.add_parser("ops", help="list every supported operator with the backends that run it")
     o.add_argument("op", nargs="*", help="only these operators (case-insensitive)")
-    o.add_argument("-v", "--verbose", action="store_true", help="also list the operators region backends never accept, with why")
+    o.add_argument("-v", "--verbose", action="store_true",
+                   help="also list the operators region backends never accept, with why")
     o.add_argument("--plugin-path", default=None, help="folders with plugin backends (os.pathsep-separated)")
     o.set_defaults(fn=cmd_ops)
 
     c = sub.add_parser("config", help="print the effective configuration and where each value came from")
     c.set_defaults(fn=cmd_config)
 
-    r = sub.add_parser("run", help="run a model with its stored (tuned) plan, else the untuned one, and show what ran where")
+    r = sub.add_parser("run", help="run a model with its stored (tuned) plan, else the untuned one, "
+                                   "and show what ran where")
     r.add_argument("model", help="path of an .onnx model")
-    r.add_argument("--input", action="append", metavar="NAME=FILE.npy", help="an input array (default: random)")
+    r.add_argument("--input", action="append", metavar="NAME=FILE.npy",
+                   help="an input array (default: random)")
     r.add_argument("--shape", action="append", metavar="NAME=1x3x224x224", help="static shape for an input")
     r.add_argument("--output", metavar="DIR", help="write outputs (.npy) and the plan (JSON) here")
     r.add_argument("--backends", help="allowed backends in priority order, e.g. native,numpy")

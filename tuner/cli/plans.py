@@ -392,8 +392,9 @@ def _plan_side(arg: str, store_arg: str | None, stores: dict[str, PlanStore]) ->
         raise PlansUsageError(f"{path!r} is not a plan ({type(exc).__name__}: "
                               f"{str(exc)[:100]})") from None
     validated = plan.provenance.get("validated")
-    win = next((v for v in validated if isinstance(v, dict)
-                and v.get("label") == plan.provenance.get("winner")), {}) if isinstance(validated, list) else {}
+    win = (next((v for v in validated if isinstance(v, dict)
+                 and v.get("label") == plan.provenance.get("winner")), {})
+           if isinstance(validated, list) else {})
     return PlanSide(plan, src.name, None, win.get("latency_ms"), win.get("peak_bytes"))
 
 

@@ -223,7 +223,8 @@ def _dp_read(ix: _Indexed, c: int, values: dict[int, tuple[int, int]], cost: flo
     return cost
 
 
-def _dp_write(ix: _Indexed, fr: _Frontier, c: int, values: dict[int, tuple[int, int]], cost: float) -> float | None:
+def _dp_write(ix: _Indexed, fr: _Frontier, c: int, values: dict[int, tuple[int, int]],
+              cost: float) -> float | None:
     """Choice ``c`` opens its outputs (paying graph-output conversions); None when infeasible."""
     for v, s in ix.ch_out[c]:
         if fr.last_read[v] < 0:

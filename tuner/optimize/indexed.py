@@ -163,7 +163,8 @@ class _Indexed:
             got = _check_cost(f"conversion_cost{(self.values[v], self.layouts[s], self.layouts[d])}", got)
             if got < 0:
                 raise ProblemError(
-                    f"conversion_cost{(self.values[v], self.layouts[s], self.layouts[d])} is negative ({got})")
+                    f"conversion_cost{(self.values[v], self.layouts[s], self.layouts[d])} "
+                    f"is negative ({got})")
         self._conv[key] = got
         return got
 
@@ -194,7 +195,8 @@ def _evaluate(ix: _Indexed, picked: Sequence[int]) -> tuple[float, list[Conversi
         for n in ix.ch_nodes[c]:
             if n in owner:
                 raise InfeasibleError(
-                    f"node {ix.nodes[n]!r} is covered twice: by {ix.choices[owner[n]].id!r} and {ix.choices[c].id!r}")
+                    f"node {ix.nodes[n]!r} is covered twice: "
+                    f"by {ix.choices[owner[n]].id!r} and {ix.choices[c].id!r}")
             owner[n] = c
     missing = [ix.nodes[n] for n in range(len(ix.nodes)) if n not in owner]
     if missing:
@@ -220,7 +222,8 @@ def _evaluate(ix: _Indexed, picked: Sequence[int]) -> tuple[float, list[Conversi
             cost = ix.conv(v, s, d)
             if cost is None:
                 raise InfeasibleError(
-                    f"value {ix.values[v]!r} is produced in {ix.layouts[s]!r} and cannot be converted to {ix.layouts[d]!r}")
+                    f"value {ix.values[v]!r} is produced in {ix.layouts[s]!r} "
+                    f"and cannot be converted to {ix.layouts[d]!r}")
             conversions.append(Conversion(ix.values[v], ix.layouts[s], ix.layouts[d], cost))
     total = math.fsum([ix.ch_cost[c] for c in picked] + [c.cost for c in conversions])
     return total, conversions

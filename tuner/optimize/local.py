@@ -119,7 +119,8 @@ class _State:
                 self.add(c)
                 bad, tot = self.score
                 self.remove(c)
-                key = (bad - base[0] + len(self.ix.ch_nodes[c]), (tot - base[1]) / len(self.ix.ch_nodes[c]), c)
+                key = (bad - base[0] + len(self.ix.ch_nodes[c]),
+                       (tot - base[1]) / len(self.ix.ch_nodes[c]), c)
                 if best is None or key < best:
                     best = key
             if best is None:

@@ -64,8 +64,9 @@ def optimize(
         used, optimal, status = "dp", True, "optimal (frontier dynamic programming)"
         if picked is None and method == "dp":
             raise OptimizeError(
-                "dp does not apply: a producer runs after a reader of its value (fused region), a value "
-                f"has producers sharing no node, or the frontier exceeds {max_dp_states} states / the time limit")
+                "dp does not apply: a producer runs after a reader of its value (fused region), "
+                f"a value has producers sharing no node, or the frontier exceeds {max_dp_states} states "
+                "/ the time limit")
         if picked is None and fr.ok:  # too wide for the exact DP: a beam search seeds the fallback
             now = time.perf_counter()
             beam = _beam(ix, fr, now + min(_BEAM_SHARE * time_limit_s, 0.5 * (deadline - now)))
@@ -101,4 +102,5 @@ def _solve_milp(ix: _Indexed, fr: _Frontier, deadline: float,
         seeds = {**seeds, "milp": picked}
     found, which = _fallback(ix, fr, max(deadline, time.perf_counter() + 0.05), seeds)
     used = "milp" if which == "milp" else "greedy"
-    return sorted(found.chosen), used, False, f"{status}; fallback: {_FALLBACK_NAMES[which]} + insert-move local search"
+    return (sorted(found.chosen), used, False,
+            f"{status}; fallback: {_FALLBACK_NAMES[which]} + insert-move local search")

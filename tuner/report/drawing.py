@@ -84,7 +84,8 @@ def _drawing(rep: ReportData) -> _Drawing:
         conv_id[(c.value, c.dst)] = cid
         label = f"convert:{c.value} {c.src}->{c.dst}"
         ms = conv_ms.get(f"convert {c.value} {c.src}->{c.dst}")
-        nodes.append({"id": cid, "label": f"{c.src}→{c.dst}" + (f"\n{fmt_ms(ms)} ms" if is_known(ms) else ""),
+        nodes.append({"id": cid,
+                      "label": f"{c.src}→{c.dst}" + (f"\n{fmt_ms(ms)} ms" if is_known(ms) else ""),
                       "kind": "convert", "backend": "", "title": f"{label} via {' > '.join(c.chain)}"})
     producers = graph.producers()
     edges: list[tuple[str, str, str]] = []
@@ -315,7 +316,8 @@ def time_chart_svg(rep: ReportData) -> tuple[str, str]:
     try:
         from matplotlib.figure import Figure
     except ImportError:
-        return _builtin_chart_svg(data), "built-in (matplotlib is not installed: pip install 'opdispatch[report]')"
+        return _builtin_chart_svg(data), ("built-in (matplotlib is not installed: "
+                                          "pip install 'opdispatch[report]')")
     colours = [CONVERTER_COLOUR if key == "(converter)" else backend_colour(key) for _, _, key in data]
     n = len(data)
     fig = Figure(figsize=(max(8.0, min(40.0, 0.16 * n + 3)), 6.5), layout="constrained")

@@ -120,9 +120,9 @@ def region_profiles(src: Sources, profile: bool = True) -> dict[int, RegionProfi
             except TypeError:
                 pass
         if not profile or src.graph is None:
+            why = "the report was made without the graph" if src.graph is None else "profiling was off"
             src.notes.append(f"step {s} ({step.backend} region of {len(step.nodes)} nodes): no "
-                             f"per-node times (the plan carries no profile and "
-                             f"{'the report was made without the graph' if src.graph is None else 'profiling was off'})")
+                             f"per-node times (the plan carries no profile and {why})")
             continue
         got = _profile_here(src, s)
         if isinstance(got, str):

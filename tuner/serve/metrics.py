@@ -3,13 +3,17 @@ framework's own ``request_predict_seconds`` and friends).
 
 | metric | type | labels | what |
 |---|---|---|---|
-| ``opdispatch_requests_total`` | counter | model, outcome | requests by outcome: ``ok``, ``invalid`` (the client's error: dtype, shape, names), ``rejected`` (the queue was full), ``failed`` (the server's error) |
+| ``opdispatch_requests_total`` | counter | model, outcome | requests by outcome (below) |
 | ``opdispatch_request_seconds`` | histogram | model | from admission to the answer |
 | ``opdispatch_queue_seconds`` | histogram | model | from admission to the start of the request's run |
 | ``opdispatch_batch_size`` | histogram | model | requests per run (1 without batching) |
-| ``opdispatch_backend_seconds_total`` | counter | model, backend | wall time spent in each backend's calls (``conversion``: layout conversions) |
+| ``opdispatch_backend_seconds_total`` | counter | model, backend | wall time spent in each backend's calls |
 | ``opdispatch_requests_in_flight`` | gauge | model | admitted, waiting or running |
 | ``opdispatch_model_ready`` | gauge | model | 1 once the stored plan loaded and ran once |
+
+The outcomes of ``opdispatch_requests_total``: ``ok``, ``invalid`` (the client's error: dtype,
+shape, names), ``rejected`` (the queue was full), ``failed`` (the server's error). The backend
+``conversion`` of ``opdispatch_backend_seconds_total`` is the time in layout conversions.
 
 The metrics live in ``prometheus_client``'s default registry, created once per process.
 """

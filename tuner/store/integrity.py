@@ -66,7 +66,8 @@ class Recovery:
 
 #: ``(st_dev, st_ino)`` -> how many connections the plan stores of this process hold on
 #: that file. Closing *any* file descriptor of a file drops every POSIX lock the process
-#: holds on it, SQLite's included (https://sqlite.org/howtocorrupt.html#_posix_advisory_locks_canceled_by_a_separate_thread_doing_close_),
+#: holds on it, SQLite's included
+#: (https://sqlite.org/howtocorrupt.html#_posix_advisory_locks_canceled_by_a_separate_thread_doing_close_),
 #: so the file's own bytes are read (:func:`_read_head`) only while no connection of this
 #: process has it open.
 _OPEN_HERE: dict[tuple[int, int], int] = {}
