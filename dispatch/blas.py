@@ -114,7 +114,8 @@ class ThreadSettings:
         rec = (provenance or {}).get("threading")
         if rec is None:
             return cls.default()
-        counts = [rec.get(k) if isinstance(rec, Mapping) else None for k in ("blas_threads", "openmp_threads")]
+        counts = [rec.get(k) if isinstance(rec, Mapping) else None
+                  for k in ("blas_threads", "openmp_threads")]
         if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in counts):
             raise ValueError("plan provenance: threading must be an object with positive integer "
                              f"blas_threads and openmp_threads, received {rec!r}")

@@ -71,7 +71,9 @@ def _as_threads(value: Any) -> int:
     try:
         n = int(value)
     except (TypeError, ValueError):
-        raise ConfigError(f"threads must be a positive integer or 0 (all cores), received {value!r}") from None
+        raise ConfigError(
+            f"threads must be a positive integer or 0 (all cores), received {value!r}"
+        ) from None
     if n < 0:
         raise ConfigError(f"threads must be a positive integer or 0 (all cores), received {n}")
     return n
@@ -161,8 +163,11 @@ class Config:
         known_names = {s.name for s in SETTINGS}
         bad = set(overrides) - known_names
         if bad:
-            raise ConfigError(f"unknown setting(s) {sorted(bad)}; known settings: {sorted(known_names)}")
-        path = Path(config_file) if config_file else Path(env.get("OPDISPATCH_CONFIG", "") or _config_dir() / "config.toml")
+            raise ConfigError(
+                f"unknown setting(s) {sorted(bad)}; known settings: {sorted(known_names)}"
+            )
+        path = (Path(config_file) if config_file
+                else Path(env.get("OPDISPATCH_CONFIG", "") or _config_dir() / "config.toml"))
         file_values: dict[str, Any] = {}
         used_file = None
         state = _file_state(path)
@@ -189,7 +194,8 @@ class Config:
             bad = set(table) - known_names
             if bad:
                 raise ConfigError(
-                    f"config file {str(path)!r} has unknown setting(s) {sorted(bad)}; known: {sorted(known_names)}"
+                    f"config file {str(path)!r} has unknown setting(s) {sorted(bad)}; "
+                    f"known: {sorted(known_names)}"
                 )
             file_values = dict(table)
         elif config_file:
@@ -207,9 +213,13 @@ class Config:
                 else:
                     values[s.name], origin[s.name] = s.default(), "default"
             except ConfigError as exc:
-                raise ConfigError(f"setting {s.name!r} ({origin.get(s.name, 'from ' + s.env)}): {exc}") from None
+                raise ConfigError(
+                    f"setting {s.name!r} ({origin.get(s.name, 'from ' + s.env)}): {exc}"
+                ) from None
         if values["objective"] not in ("latency", "memory"):
-            raise ConfigError(f"objective must be 'latency' or 'memory', received {values['objective']!r}")
+            raise ConfigError(
+                f"objective must be 'latency' or 'memory', received {values['objective']!r}"
+            )
         return cls(**values, config_file=used_file, origin=origin, config_note=note)
 
     @property

@@ -81,7 +81,9 @@ def reference_overrides(graph: Graph, registry: Registry) -> dict[str, str]:
     for node in graph.nodes:
         impl = registry.reference_impl(node)
         if impl is None:
-            raise LookupError(f"no numpy reference implementation supports node {node.name!r} ({node.key_op})")
+            raise LookupError(
+                f"no numpy reference implementation supports node {node.name!r} ({node.key_op})"
+            )
         out[node.name] = impl.name
     return out
 
@@ -201,7 +203,8 @@ class Executor:
                     raise PlanError(f"step {step.impl} over nodes {step.nodes[:5]} has a precision, "
                                     "which only region implementations take")
                 node.attrs = {**node.attrs, "precision": step.precision}  # (a new region node)
-            if len(step.nodes) > 1 and not impl.is_region and impl.pattern != tuple(n.key_op for n in node.nodes):
+            if (len(step.nodes) > 1 and not impl.is_region
+                    and impl.pattern != tuple(n.key_op for n in node.nodes)):
                 raise PlanError(
                     f"step {step.impl} covers nodes {step.nodes}, which are not a chain of its "
                     f"pattern {'+'.join(impl.pattern) or '(single node)'}"

@@ -34,7 +34,8 @@ def check_feeds(graph: Graph, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]
     """``feeds`` as plain arrays, each checked against its input's dtype and static shape;
     anything else raises :class:`~dispatch.errors.FeedError` saying what was received and
     what the model expects. Nothing is converted silently."""
-    expected = [_Expected(v.name, np.dtype(v.dtype), list(v.shape or ()), None) for v in graph.inputs]  # type: ignore[arg-type]
+    expected = [_Expected(v.name, np.dtype(v.dtype), list(v.shape or ()), None)  # type: ignore[arg-type]
+                for v in graph.inputs]
     return _check(expected, feeds)
 
 

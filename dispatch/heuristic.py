@@ -145,11 +145,14 @@ def _choose_region(
             rnode = region_node(graph, names)
             if impl.supports(rnode) is not None:
                 continue
-            lost = [] if single is None else [Rejected(single.impl, single.backend, f"lost: region of backend {backend!r} comes first in the order")]
+            lost = [] if single is None else [
+                Rejected(single.impl, single.backend,
+                         f"lost: region of backend {backend!r} comes first in the order")]
             return PlanStep(
                 nodes=list(names), op=REGION_OP, impl=impl.name, backend=impl.backend,
                 layouts_in=[STANDARD] * len(rnode.inputs), layouts_out=[STANDARD] * len(rnode.outputs),
-                why=f"largest region ({len(names)} node(s)) of backend {backend!r}, first in order {list(order)}",
+                why=f"largest region ({len(names)} node(s)) of backend {backend!r}, "
+                    f"first in order {list(order)}",
                 rejected=lost,
             )
     return None
@@ -269,13 +272,15 @@ def _choose(
         for later in order[order.index(backend) + 1 :]:
             for impl in registry.impls_for(node.key_op, [later]):
                 rejected.append(
-                    Rejected(impl.name, impl.backend, f"not tried: backend {backend!r} comes first in the order")
+                    Rejected(impl.name, impl.backend,
+                             f"not tried: backend {backend!r} comes first in the order")
                 )
         for b, why in skipped_backends.items():
             for impl in _impls_of_backend(registry, node.key_op, b):
                 rejected.append(Rejected(impl.name, impl.backend, f"backend unavailable: {why}"))
         conv_note = f", {cost:,.0f} bytes of input conversion" if cost else ""
-        why = f"first backend in order {list(order)} with a supporting implementation; priority {best.priority}{conv_note}"
+        why = (f"first backend in order {list(order)} with a supporting implementation; "
+               f"priority {best.priority}{conv_note}")
         return _step(node, best, why, rejected)
     return None
 
@@ -294,7 +299,8 @@ def _choose_pattern(
     the single-node choice came from) with a supporting pattern: the longest, then the least
     conversion, then the highest priority."""
     for backend in order[: order.index(single.backend) + 1]:
-        step = _pattern_of_backend(registry, node, single, backend, produced, consumers, graph_outputs, pinned)
+        step = _pattern_of_backend(registry, node, single, backend, produced, consumers,
+                                   graph_outputs, pinned)
         if step is not None:
             return step
     return None
@@ -335,7 +341,8 @@ def _pattern_of_backend(
         return None
     _, impl, fused = best
     others = [r for r in single.rejected] + rejected
-    others.append(Rejected(single.impl, single.backend, f"lost: fused {impl.name} covers {len(fused.nodes)} nodes"))
+    others.append(Rejected(single.impl, single.backend,
+                           f"lost: fused {impl.name} covers {len(fused.nodes)} nodes"))
     step = _step(fused, impl, f"fused pattern {'+'.join(impl.pattern)} of backend {impl.backend!r}", others)
     step.nodes = [n.name for n in fused.nodes]
     return step

@@ -53,5 +53,6 @@ def np_dtype(elem_type: int) -> np.dtype:
     try:
         return np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
     except (KeyError, TypeError, ValueError):
-        name = onnx.TensorProto.DataType.Name(elem_type) if elem_type in onnx.TensorProto.DataType.values() else str(elem_type)
+        name = (onnx.TensorProto.DataType.Name(elem_type)
+                if elem_type in onnx.TensorProto.DataType.values() else str(elem_type))
         raise ModelLoadError(f"tensor element type {name} is not supported") from None

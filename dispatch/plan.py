@@ -167,7 +167,9 @@ class Plan:
                 raise PlanError(f"plan: graph must be a string, received {type(data['graph']).__name__}")
             provenance = data.get("provenance", {})
             if not isinstance(provenance, dict):
-                raise PlanError(f"plan: provenance must be a JSON object, received {type(provenance).__name__}")
+                raise PlanError(
+                    f"plan: provenance must be a JSON object, received {type(provenance).__name__}"
+                )
             steps = []
             for k, s in enumerate(_data_list(data["steps"], "plan: steps")):
                 _data_fields(s, PlanStep, f"plan step {k}")
@@ -253,8 +255,9 @@ class Plan:
             held = (self.provenance.get("accuracy") or {}).get("held_out") or {}
             acc = self.provenance.get("accuracy") or {}
             if held:
-                table += (f"; {acc.get('metric')} {held.get('figure'):.5g} on {acc.get('data', {}).get('held_out')} "
-                          f"held-out samples (budget {acc.get('budget'):g})")
+                table += (f"; {acc.get('metric')} {held.get('figure'):.5g} on "
+                          f"{acc.get('data', {}).get('held_out')} held-out samples "
+                          f"(budget {acc.get('budget'):g})")
         return table
 
 

@@ -117,14 +117,19 @@ def _check_coverage(plan: Plan, graph: Graph) -> None:
     for k, step in enumerate(plan.steps):
         if not isinstance(step, PlanStep):
             raise PlanError(f"step {k}: expected a PlanStep, received {type(step).__name__}")
-        if not isinstance(step.nodes, list) or not step.nodes or not all(isinstance(n, str) for n in step.nodes):
-            raise PlanError(f"step {k}: nodes must be a non-empty list of node names, received {step.nodes!r}")
+        if (not isinstance(step.nodes, list) or not step.nodes
+                or not all(isinstance(n, str) for n in step.nodes)):
+            raise PlanError(
+                f"step {k}: nodes must be a non-empty list of node names, received {step.nodes!r}"
+            )
         for name, value in (("op", step.op), ("impl", step.impl), ("backend", step.backend)):
             if not isinstance(value, str):
                 raise PlanError(f"step {k}: {name} must be a string, received {type(value).__name__}")
         for name, value in (("layouts_in", step.layouts_in), ("layouts_out", step.layouts_out)):
             if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
-                raise PlanError(f"{_where(k, step)}: {name} must be a list of layout names, received {value!r}")
+                raise PlanError(
+                    f"{_where(k, step)}: {name} must be a list of layout names, received {value!r}"
+                )
     counts = Counter(n for s in plan.steps for n in s.nodes)
     names = {n.name for n in graph.nodes}
     missing = [n.name for n in graph.nodes if n.name not in counts]
@@ -219,9 +224,11 @@ def _check_step(k: int, step: PlanStep, graph: Graph, registry: Registry) -> Non
                 f"{where}: the nodes are {node.key_op!r}, the step says op {step.op!r} and "
                 f"{impl.name} implements {impl.op!r}; expected all three to agree"
             )
-        if len(step.nodes) > 1 and impl.pattern != tuple(n.key_op for n in node.nodes):  # type: ignore[attr-defined]
+        if (len(step.nodes) > 1
+                and impl.pattern != tuple(n.key_op for n in node.nodes)):  # type: ignore[attr-defined]
             raise PlanError(
-                f"{where}: the nodes are not a chain of the pattern {'+'.join(impl.pattern) or '(single node)'}"
+                f"{where}: the nodes are not a chain of the pattern "
+                f"{'+'.join(impl.pattern) or '(single node)'}"
             )
     refused = impl.supports(node)
     if refused is not None:
@@ -234,7 +241,9 @@ def _check_step(k: int, step: PlanStep, graph: Graph, registry: Registry) -> Non
         ("layouts_out", step.layouts_out, impl.output_layouts(node)),
     ):
         if tuple(have) != tuple(want):
-            raise PlanError(f"{where}: {name} {list(have)}; {impl.name} declares {list(want)} for these nodes")
+            raise PlanError(
+                f"{where}: {name} {list(have)}; {impl.name} declares {list(want)} for these nodes"
+            )
 
 
 def _node_of(where: str, step: PlanStep, graph: Graph, impl: Implementation) -> Node:
@@ -255,8 +264,11 @@ def _check_conversion(k: int, conv: Conversion, graph: Graph, registry: Registry
             raise PlanError(
                 f"{where}: unknown layout {lay!r}; expected one of {known(registry.layouts.layouts)}"
             )
-    if not isinstance(conv.chain, list) or not conv.chain or not all(isinstance(c, str) for c in conv.chain):
-        raise PlanError(f"{where}: chain must be a non-empty list of converter names, received {conv.chain!r}")
+    if (not isinstance(conv.chain, list) or not conv.chain
+            or not all(isinstance(c, str) for c in conv.chain)):
+        raise PlanError(
+            f"{where}: chain must be a non-empty list of converter names, received {conv.chain!r}"
+        )
     at = conv.src
     for name in conv.chain:
         try:

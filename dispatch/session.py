@@ -516,14 +516,19 @@ class Session(TuningMixin, FallbackMixin, BatchMixin):
         """The inputs: name, shape (a symbol for each open dimension while nothing is
         planned, else the session's own shapes), ONNX type and dtype."""
         if self.graph is None:
-            return [IOInfo(d.name, list(d.dims or ()), _type_string(d.dtype), d.dtype)  # type: ignore[arg-type]
+            return [IOInfo(d.name, list(d.dims or ()),
+                           _type_string(d.dtype), d.dtype)  # type: ignore[arg-type]
                     for d in self.declared]
-        return [IOInfo(v.name, list(v.shape or ()), _type_string(v.dtype), v.dtype) for v in self.graph.inputs]  # type: ignore[arg-type]
+        return [IOInfo(v.name, list(v.shape or ()),
+                       _type_string(v.dtype), v.dtype)  # type: ignore[arg-type]
+                for v in self.graph.inputs]
 
     def get_outputs(self) -> list[IOInfo]:
         """The outputs of the session's own input shapes (name, shape, type, dtype)."""
         graph = self._planned_graph()
-        return [IOInfo(v.name, list(v.shape or ()), _type_string(v.dtype), v.dtype) for v in graph.outputs]  # type: ignore[arg-type]
+        return [IOInfo(v.name, list(v.shape or ()),
+                       _type_string(v.dtype), v.dtype)  # type: ignore[arg-type]
+                for v in graph.outputs]
 
     # -- running -------------------------------------------------------------------------
     def run(

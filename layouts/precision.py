@@ -9,9 +9,11 @@ and its consumer agree.
 
 | layout | stored array | from the standard layout | to the standard layout |
 |---|---|---|---|
-| ``bf16`` | ``ml_dtypes.bfloat16`` | round to nearest even (what AVX512_BF16's ``vcvtneps2bf16`` does) | exact widening |
+| ``bf16`` | ``ml_dtypes.bfloat16`` | round to nearest even (1) | exact widening |
 | ``fp16`` | ``numpy.float16`` | round to nearest even (IEEE 754) | exact widening |
-| ``u8`` | :class:`QuantizedArray` (``uint8`` with its scale and zero point) | ONNX ``DynamicQuantizeLinear`` | ONNX ``DequantizeLinear`` |
+| ``u8`` | :class:`QuantizedArray` (2) | ONNX ``DynamicQuantizeLinear`` | ONNX ``DequantizeLinear`` |
+
+(1) what AVX512_BF16's ``vcvtneps2bf16`` does; (2) ``uint8`` with its scale and zero point.
 
 The quantization arithmetic here is ONNX's (round half to even, saturation to the type's
 range, per-tensor, per-axis and blocked scales); the numpy reference's ``QuantizeLinear``,

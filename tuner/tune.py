@@ -22,7 +22,8 @@ The budget (``TuneOptions.budget_s``) is a limit on the whole run, import and fo
 included, split once between the stages (:class:`tuner.stages.base.StageBudget`). Within the
 latency stage's share, measurement stops at :data:`~tuner.stages.plans.MEASURE_SHARE` of it,
 converter measurement at :data:`~tuner.stages.plans.CONVERT_SHARE`, optimisation at
-:data:`~tuner.stages.plans.OPTIMIZE_SHARE`; validation takes the rest, most promising plan first, and skips the plans it has no time left to build (the untuned plan
+:data:`~tuner.stages.plans.OPTIMIZE_SHARE`; validation takes the rest, most promising plan
+first, and skips the plans it has no time left to build (the untuned plan
 and the first plan are always validated, so something is stored: one build and a few runs of
 them are all a spent budget can add). The summary (``TuneResult.stats``) says what was
 skipped.

@@ -149,7 +149,8 @@ def _conversion_costs(
                             estimated.append(sig)
                         elif hit is None:
                             m = measure_conversion(registry, chain, v.shape, v.dtype, seed=opts.seed,
-                                                   time_cap_s=opts.per_candidate_cap_s, ci_target=opts.ci_target)
+                                                   time_cap_s=opts.per_candidate_cap_s,
+                                                   ci_target=opts.ci_target)
                             store.put_measurement(sig, label, hw, sw, median_s=m.median_s,
                                                   spread_s=m.spread_s, samples=m.samples, error=m.error)
                             measured += 1

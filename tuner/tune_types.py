@@ -97,14 +97,16 @@ class TuneResult:
             f"plan {self.key.digest()[:16]} {stored}; objective {self.key.objective}",
             f"measured {s['measured']} new candidate signature(s), reused {s['reused']}, "
             f"rejected {s['wrong']} wrong/failing, skipped {s['skipped_budget']} over budget; "
-            f"{s['conversions_measured']} converter cost(s) measured, {s.get('conversions_estimated', 0)} estimated",
+            f"{s['conversions_measured']} converter cost(s) measured, "
+            f"{s.get('conversions_estimated', 0)} estimated",
             f"stages: measure {s.get('measure_s', 0):.1f} s, converters {s.get('conversions_s', 0):.1f} s, "
             f"validate {s.get('validate_s', 0):.1f} s",
             f"optimiser: {s['optimizer_method'] or 'no plan (candidates not measured)'} "
             f"({'optimal' if s['optimizer_optimal'] else 'not proven optimal'}) in {s['optimizer_s']:.2f} s",
         ]
         skipped = [f"{n} alternative plan(s) not optimised" for n in [s.get("skipped_alternatives", 0)] if n]
-        skipped += [f"not validated: {', '.join(s['skipped_validation'])}"] if s.get("skipped_validation") else []
+        skipped += ([f"not validated: {', '.join(s['skipped_validation'])}"]
+                    if s.get("skipped_validation") else [])
         if skipped:
             lines.append(f"over budget ({s.get('budget_s', '?')} s): " + "; ".join(skipped))
         share = s.get("others_cpu_share")
@@ -138,5 +140,6 @@ class TuneResult:
             lines += validation_lines(self.validated, winner, self.key.objective,
                                       s.get("winner_note") or "")
         used = ", ".join(f"{b}: {n}" for b, n in self.plan.backends_used().items())
-        lines.append(f"winner runs {used}; {len(self.plan.conversions)} conversion(s); tuning took {s['tuning_s']:.1f} s")
+        lines.append(f"winner runs {used}; {len(self.plan.conversions)} conversion(s); "
+                     f"tuning took {s['tuning_s']:.1f} s")
         return "\n".join(lines)

@@ -101,7 +101,8 @@ def _region_step(graph: Graph, impl: Implementation, names: list[str],
                     why="float32 block" if precision is None else "", precision=precision)
 
 
-def assemble(graph: Graph, registry: Registry, steps: Sequence[PlanStep], provenance: dict | None = None) -> Plan:
+def assemble(graph: Graph, registry: Registry, steps: Sequence[PlanStep],
+             provenance: dict | None = None) -> Plan:
     """A plan of ``steps`` (ordered, with its conversions)."""
     ordered = order_steps(graph, steps)
     return Plan(graph=graph.name, steps=ordered, conversions=plan_conversions(graph, registry, ordered),
@@ -147,7 +148,8 @@ def block_plan(graph: Graph, registry: Registry, library: str) -> BlockPlan | No
         node = region_node(graph, b.nodes)
         # swapped in place, so of the block's layouts; an edge twin only where it pays
         variants.append([i for i in reduced if i.supports(node) is None and not i.settings.get("edges")
-                         and list(i.input_layouts(node)) == b.layouts_in and list(i.output_layouts(node)) == b.layouts_out])
+                         and list(i.input_layouts(node)) == b.layouts_in
+                         and list(i.output_layouts(node)) == b.layouts_out])
     plan = assemble(graph, registry, steps, {"label": f"{library} float32 blocks"})
     return BlockPlan(library, plan, blocks, variants, whole, origins)
 
@@ -186,7 +188,8 @@ def merged(graph: Graph, registry: Registry, bp: BlockPlan,
 
     runs: list[list[int]] = []
     for k in range(len(bp.blocks)):
-        if runs and kind(k) is not None and kind(k) == kind(runs[-1][-1]) and bp.origins[k] == bp.origins[runs[-1][-1]]:
+        if (runs and kind(k) is not None and kind(k) == kind(runs[-1][-1])
+                and bp.origins[k] == bp.origins[runs[-1][-1]]):
             runs[-1].append(k)
         else:
             runs.append([k])
@@ -197,7 +200,8 @@ def merged(graph: Graph, registry: Registry, bp: BlockPlan,
         if len(run) == 1:
             continue
         names = [n for k in run for n in bp.blocks[k].nodes]
-        impl, precision = chosen[run[0]] if run[0] in chosen else (registry.impl(bp.blocks[run[0]].impl), None)
+        impl, precision = (chosen[run[0]] if run[0] in chosen
+                           else (registry.impl(bp.blocks[run[0]].impl), None))
         if impl.supports(region_node(graph, names)) is not None:
             continue
         replaced[run[0]] = _region_step(graph, impl, names, precision)
@@ -270,7 +274,8 @@ def with_reduced_edges(graph: Graph, registry: Registry, plan: Plan) -> Plan | N
         twin = twins[k]
         node = region_node(graph, s.nodes)
         steps.append(PlanStep(nodes=list(s.nodes), op=REGION_OP, impl=twin.name, backend=twin.backend,
-                              layouts_in=list(twin.input_layouts(node)), layouts_out=list(twin.output_layouts(node)),
-                              why=s.why, precision={**(s.precision or {}), "edges": str(twin.settings["edges"])}))
+                              layouts_in=list(twin.input_layouts(node)),
+                              layouts_out=list(twin.output_layouts(node)), why=s.why,
+                              precision={**(s.precision or {}), "edges": str(twin.settings["edges"])}))
     label = f"{plan.provenance.get('label', 'plan')}, reduced precision between regions"
     return assemble(graph, registry, steps, {"label": label})

@@ -65,7 +65,8 @@ def _batched(arrays: Mapping[str, np.ndarray], graph: Graph, where: str) -> list
                           + (f" (not inputs: {extra})" if extra else ""))
     counts = {n: (np.asarray(arrays[n]).shape[:1] or (0,))[0] for n in names}
     if len(set(counts.values())) != 1:
-        raise TuningError(f"{where}: every array needs the same number of samples (first axis), received {counts}")
+        raise TuningError(f"{where}: every array needs the same number of samples (first axis), "
+                          f"received {counts}")
     samples: list[Feeds] = [{} for _ in range(next(iter(counts.values())))]
     for v in graph.inputs:
         arr = np.asarray(arrays[v.name])
@@ -96,7 +97,8 @@ def read_arrays(data: DataLike) -> tuple[list[tuple[str, dict[str, np.ndarray]]]
                 raise TuningError(f"accuracy data folder {str(path)!r} holds no .npz file")
             return [(f"accuracy data {f}", _from_npz(f)) for f in files], f"{path} ({len(files)} files)"
         if not path.is_file():
-            raise TuningError(f"accuracy data {str(path)!r} does not exist (expected an .npz file or a folder of them)")
+            raise TuningError(f"accuracy data {str(path)!r} does not exist "
+                              "(expected an .npz file or a folder of them)")
         return [(f"accuracy data {path}", _from_npz(path))], str(path)
     if isinstance(data, Mapping):
         raise TuningError("accuracy data is one dict of arrays; expected an .npz file, a folder of "
@@ -104,7 +106,8 @@ def read_arrays(data: DataLike) -> tuple[list[tuple[str, dict[str, np.ndarray]]]
     parts = []
     for k, feeds in enumerate(data):
         if not isinstance(feeds, Mapping):
-            raise TuningError(f"accuracy data item {k} is {type(feeds).__name__}; expected a dict of input arrays")
+            raise TuningError(f"accuracy data item {k} is {type(feeds).__name__}; "
+                              "expected a dict of input arrays")
         parts.append((f"accuracy data item {k}", {n: np.asarray(a)[None] for n, a in feeds.items()}))
     return parts, "the given feeds"
 

@@ -42,10 +42,8 @@ def cosine_error(reference: Sequence[Outputs], got: Sequence[Outputs]) -> float:
                     return float("inf")
                 continue
             na, nb = float(np.linalg.norm(a)), float(np.linalg.norm(b))
-            if na == 0.0 or nb == 0.0:
-                cos = 1.0 if na == nb else 0.0
-            else:
-                cos = float(np.dot(a, b) / (na * nb))
+            cos = ((1.0 if na == nb else 0.0) if na == 0.0 or nb == 0.0
+                   else float(np.dot(a, b) / (na * nb)))
             worst = min(worst, cos)
     return max(0.0, 1.0 - worst)
 
@@ -109,7 +107,8 @@ class AccuracyObjective:
                                   "a metric of your own needs its function (Session.tune(accuracy_fn=...))")
             fn = METRIC_ERRORS[metric]
         elif metric in METRIC_ERRORS:
-            raise TuningError(f"accuracy metric {metric!r} is built in; name your own function's metric otherwise")
+            raise TuningError(f"accuracy metric {metric!r} is built in; "
+                              "name your own function's metric otherwise")
         return cls(metric, budget, fn)
 
     @property

@@ -104,10 +104,12 @@ class AccuracyStage:
         self.search_deadline = deadline
 
     # -- measuring -----------------------------------------------------------------------
-    def _error(self, reference: Sequence[Sequence[np.ndarray]], got: Sequence[Sequence[np.ndarray]]) -> float:
+    def _error(self, reference: Sequence[Sequence[np.ndarray]],
+               got: Sequence[Sequence[np.ndarray]]) -> float:
         return self.objective.error(reference, got)
 
-    def _check(self, plan: Plan, samples: Sequence[Feeds], reference: Sequence[Sequence[np.ndarray]]) -> tuple[Executor, float]:
+    def _check(self, plan: Plan, samples: Sequence[Feeds],
+               reference: Sequence[Sequence[np.ndarray]]) -> tuple[Executor, float]:
         ex = Executor(self.graph, plan, self.registry)
         got = outputs(ex, samples)
         if samples is self.data.held_out:  # kept for the report's per-output figures
@@ -286,7 +288,8 @@ class AccuracyStage:
         built = self._measure_blocks(bp, ex, ref_cal[:len(sens)], sens)
         chosen = {k: impl for k, impl in self._assignment(bp).items() if (k, impl.name) in built}
         if chosen:
-            float32_fns = {k: ex.swap_kernel(bp.blocks[k], built[(k, impl.name)]) for k, impl in chosen.items()}
+            float32_fns = {k: ex.swap_kernel(bp.blocks[k], built[(k, impl.name)])
+                           for k, impl in chosen.items()}
             self._back_off(bp, chosen, ex, dict(enumerate(bp.blocks)), float32_fns, built, cal, ref_cal,
                            "calibration")
             for k in chosen:  # (the ones backed off are float32 again already)
@@ -318,7 +321,8 @@ class AccuracyStage:
                 found.append(got)
         return found
 
-    def _whole_except(self, bp: BlockPlan, impl: Implementation, precision_for: Callable[[PlanStep], dict | None],
+    def _whole_except(self, bp: BlockPlan, impl: Implementation,
+                      precision_for: Callable[[PlanStep], dict | None],
                       ref_cal: list, ref_held: list) -> tuple[str, Plan, float] | None:
         """The library's regions whole in ``impl`` (a static int8 variant) with the blocks too
         sensitive for it left in float (``precision["exclude"]``): the blocks in int8 are the
@@ -395,12 +399,14 @@ class AccuracyStage:
             label = f"{label}, reduced precision between regions"
             err, where = self._check_both(edged, ref_cal, ref_held)
         except Exception as exc:
-            self.notes.append(f"{label}, reduced precision between regions: failed: {type(exc).__name__}: {exc}"[:300])
+            self.notes.append(f"{label}, reduced precision between regions: failed: "
+                              f"{type(exc).__name__}: {exc}"[:300])
             return None
         self._candidate(label, edged, err, None, where)
         return PlanCandidate(label, edged, None) if self.objective.within(err) else None
 
-    def _candidate(self, label: str, plan: Plan, err: float, blocks: dict | None, where: str = "held-out") -> None:
+    def _candidate(self, label: str, plan: Plan, err: float, blocks: dict | None,
+                   where: str = "held-out") -> None:
         self.candidates.append({
             "label": label, "error": err, "figure": self.objective.figure(err), "on": where,
             "within": self.objective.within(err), "precisions": plan.precisions(),
@@ -518,7 +524,8 @@ class AccuracyStage:
             winner_f32 = next((pc for pc in validated if pc.plan is base.plan), None)
             if best_lib is not None and winner_f32 is not None and winner_f32.latency_ms:
                 # (the float32 plan timed in both rounds carries the ratio across)
-                speed["vs_best_float32_library"] = speed["vs_float32_plan"] * winner_f32.latency_ms / best_lib.latency_ms
+                speed["vs_best_float32_library"] = (speed["vs_float32_plan"] * winner_f32.latency_ms
+                                                    / best_lib.latency_ms)
                 speed["best_float32_library"] = best_lib.label.removesuffix(" first")
         return {
             "metric": self.objective.metric, "budget": self.objective.budget,

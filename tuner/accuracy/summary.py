@@ -53,10 +53,13 @@ def accuracy_lines(acc: Mapping[str, Any]) -> list[str]:
     held = acc.get("held_out") or {}
     bound = ">=" if metric == "cosine" else "<="
     lines = [f"accuracy objective {metric} {bound} {budget:g} on {data.get('source')} "
-             f"({data.get('calibration')} samples searched on, {data.get('held_out')} held out; data {data.get('digest')})"]
+             f"({data.get('calibration')} samples searched on, {data.get('held_out')} held out; "
+             f"data {data.get('digest')})"]
     prec = ", ".join(f"{p}: {n} node(s)" for p, n in (acc.get("precisions") or {}).items())
-    lines.append(f"  winner: {acc.get('winner')} ({prec}); held-out {metric} {_figure(metric, held.get('figure'))}"
-                 + (" per output: " + ", ".join(f"{k} {_figure(metric, v)}" for k, v in held["per_output"].items())
+    lines.append(f"  winner: {acc.get('winner')} ({prec}); "
+                 f"held-out {metric} {_figure(metric, held.get('figure'))}"
+                 + (" per output: "
+                    + ", ".join(f"{k} {_figure(metric, v)}" for k, v in held["per_output"].items())
                     if held.get("per_output") else ""))
     speed = acc.get("speed") or {}
     if speed.get("vs_float32_plan"):

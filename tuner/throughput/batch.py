@@ -88,7 +88,8 @@ def samples(feeds: Feeds, batch: int) -> list[dict[str, np.ndarray]]:
     return out
 
 
-def batched_call(run: Callable[[Feeds], Sequence[np.ndarray]], group: Sequence[Feeds]) -> list[list[np.ndarray]]:
+def batched_call(run: Callable[[Feeds], Sequence[np.ndarray]],
+                 group: Sequence[Feeds]) -> list[list[np.ndarray]]:
     """``group`` run as one batch by ``run``: inputs concatenated along the first axis, every
     output split back per request, as :meth:`dispatch.session.Session.run_batch` does
     (:func:`dispatch.session_batch.concatenate`, :func:`~dispatch.session_batch.split_outputs`)."""

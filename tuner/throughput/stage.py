@@ -417,7 +417,8 @@ class ThroughputStage:
             low = min(measured, key=lambda t: t.result.p99_ms)  # type: ignore[union-attr]
             raise TuningError(
                 f"no plan meets the p99 bound of {self.max_latency_ms:g} ms at concurrency "
-                f"{self.concurrency}: the best p99 found is {low.result.p99_ms:.2f} ms "  # type: ignore[union-attr]
+                f"{self.concurrency}: the best p99 found is "
+                f"{low.result.p99_ms:.2f} ms "  # type: ignore[union-attr]
                 f"({low.plan.label}, {low.config.label()}); raise the bound or lower the "
                 f"concurrency")
         errors = "; ".join(f"{t.plan.label}, {t.config.label()}: {t.error}" for t in self.trials)
@@ -525,7 +526,8 @@ class ThroughputStage:
                     f"its validated latency, {win.latency_ms:.3f} ms (timed interleaved with the "
                     f"other plans); under load {r.throughput:.1f}/s")
         else:
-            text = f"{win.label} with {trial.config.label()}: highest throughput measured, {r.throughput:.1f}/s"
+            text = (f"{win.label} with {trial.config.label()}: highest throughput measured, "
+                    f"{r.throughput:.1f}/s")
         if others:
             runner = max(others, key=lambda t: t.result.throughput)  # type: ignore[union-attr]
             text += (f"; the next, {runner.plan.label} with {runner.config.label()}, "
