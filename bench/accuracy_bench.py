@@ -54,7 +54,8 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = Path(os.environ.get("OPDISPATCH_ACCURACY_MODELS", "~/.cache/opdispatch/bench-models/accuracy")).expanduser()
+DATA = Path(os.environ.get("OPDISPATCH_ACCURACY_MODELS",
+                          "~/.cache/opdispatch/bench-models/accuracy")).expanduser()
 MODELS = ("minilm_real", "yolov8n", "bert_base", "resnet50")
 SETUPS = ("tuned plan", "onnxruntime f32", "openvino f32", "openvino default", "ort dynamic int8",
           "ort static int8", "openvino static int8", "openvino static int8 default",
@@ -154,8 +155,9 @@ def nncf_quantize(src: str, work: Path, calibration: list[dict], accuracy: float
     float model for OpenVINO, written to ``nncf.xml``: calibrated and validated on the same
     calibration half the tuner chooses on, the metric the worst sample's cosine to float32 (its
     own compile of the float model: OpenVINO's default precision), the allowed drop what keeps
-    the level at ``accuracy``; run with OpenVINO's default precision, as NNCF validated it. Records why when NNCF is not installed or fails (the set-up is then shown
-    failed with that reason)."""
+    the level at ``accuracy``; run with OpenVINO's default precision, as NNCF validated it.
+    Records why when NNCF is not installed or fails (the set-up is then shown failed with that
+    reason)."""
     if SKIP_NNCF:
         (work / "nncf.error").write_text("skipped (--skip-nncf)")
         return
@@ -293,10 +295,14 @@ def bench_model(name: str, budget_s: float, rounds: int, accuracy: float, concur
     data_npz = str(work / "data.npz")
     np.savez(data_npz, **{k: np.stack([f[k] for f in calibration + held]) for k in held[0]})
     store = str(work / "plans.db")
-    tuned = subprocess.run([sys.executable, "-m", "tuner.cli", "tune", str(work / "float.onnx"), "--store", store,
+    tuned = subprocess.run([sys.executable, "-m", "tuner.cli", "tune", str(work / "float.onnx"),
+                            "--store", store,
                             "--budget", str(budget_s), "--no-progress", "--accuracy", f"cosine:{accuracy}",
-                            "--data", data_npz, *[f"--shape={k}={'x'.join(map(str, v))}" for k, v in (_shapes(name) or {}).items()],
-                            *(["--objective", "throughput", "--concurrency", str(concurrency)] if concurrency else [])],
+                            "--data", data_npz,
+                            *[f"--shape={k}={'x'.join(map(str, v))}"
+                              for k, v in (_shapes(name) or {}).items()],
+                            *(["--objective", "throughput", "--concurrency", str(concurrency)]
+                              if concurrency else [])],
                            capture_output=True, text=True, cwd=ROOT)
     (work / "tune.log").write_text(tuned.stdout + tuned.stderr)
     print(tuned.stdout[-3000:], flush=True)
@@ -346,7 +352,8 @@ def bench_model(name: str, budget_s: float, rounds: int, accuracy: float, concur
 def table(rows: list[dict[str, Any]], accuracy: float) -> str:
     if rows and rows[0].get("concurrency"):
         return load_table(rows, accuracy)
-    lines = [f"| model | set-up | latency ms (median) | vs best float32 library | held-out worst cosine | within {accuracy} |",
+    lines = [f"| model | set-up | latency ms (median) | vs best float32 library | held-out worst cosine "
+             f"| within {accuracy} |",
              "|---|---|---:|---:|---:|---|"]
     for r in rows:
         if "ms" not in r:
@@ -362,7 +369,8 @@ def load_table(rows: list[dict[str, Any]], accuracy: float) -> str:
              f"held-out worst cosine | within {accuracy} |", "|---|---:|---|---:|---:|---:|---:|---|"]
     for r in rows:
         if "throughput" not in r:
-            lines.append(f"| {r['model']} | {r['concurrency']} | {r['setup']} | failed: {r['error']} | | | | |")
+            lines.append(f"| {r['model']} | {r['concurrency']} | {r['setup']} | failed: {r['error']} "
+                         "| | | | |")
             continue
         lines.append(f"| {r['model']} | {r['concurrency']} | {r['setup']} | {r['throughput']:.1f} | "
                      f"{r['p99_ms']:.1f} | {r['vs_best_f32']:.2f}x | {r['cosine']:.5f} | "
@@ -379,7 +387,8 @@ def main() -> None:
     p.add_argument("--json", default=None, help="write the rows here")
     p.add_argument("--concurrency", type=int, default=0,
                    help="measure under load with N requests in flight (the plan tuned for it)")
-    p.add_argument("--duration", type=float, default=3.0, help="with --concurrency: seconds per set-up and round")
+    p.add_argument("--duration", type=float, default=3.0,
+                   help="with --concurrency: seconds per set-up and round")
     p.add_argument("--skip-nncf", action="store_true", help="leave NNCF's accuracy control out")
     p.add_argument("--worker", nargs=6, default=None, help=argparse.SUPPRESS)
     args = p.parse_args()

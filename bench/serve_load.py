@@ -350,7 +350,8 @@ def run_closed(url: str, model: str, concurrency: int, duration_s: float, max_re
     if hung:
         report.errors += hung
         report.error = report.error or f"{hung} thread(s) still waiting after {timeout_s} s"
-    rate = closed_loop_rate([[(r.start, r.end) for r in counted if r.thread == k] for k in range(concurrency)])
+    rate = closed_loop_rate([[(r.start, r.end) for r in counted if r.thread == k]
+                             for k in range(concurrency)])
     if rate is not None and not report.errors:
         report.throughput = rate
     return report

@@ -67,7 +67,8 @@ from tuner.throughput.library_load import SETUPS
 CANDIDATES = ("squeezenet", "resnet50", "inception_v1", "shufflenet", "densenet121",
               "mobilenet_v2", "efficientnet_b0", "bert_eager", "minilm", "distilbert_s8")
 _AVAILABLE = [m for m in CANDIDATES if m in LIGHT or m in EXPORTED]
-_PICKED = [m.strip() for m in os.environ.get("OPDISPATCH_BENCH_THROUGHPUT_MODELS", "").split(",") if m.strip()]
+_PICKED = [m.strip() for m in os.environ.get("OPDISPATCH_BENCH_THROUGHPUT_MODELS", "").split(",")
+           if m.strip()]
 if _PICKED and set(_PICKED) - set(CANDIDATES):
     raise pytest.UsageError(f"OPDISPATCH_BENCH_THROUGHPUT_MODELS: unknown model(s) "
                             f"{sorted(set(_PICKED) - set(CANDIDATES))}; known: {', '.join(CANDIDATES)}")
@@ -75,7 +76,8 @@ MODELS = [m for m in _AVAILABLE if not _PICKED or m in _PICKED]
 if not MODELS:
     pytest.skip(f"none of {_PICKED or CANDIDATES} is available (exported models: "
                 "python bench/models/export.py)", allow_module_level=True)
-CONCURRENCY = [int(n) for n in os.environ.get("OPDISPATCH_BENCH_CONCURRENCY", "1,2,4,8").split(",") if n.strip()]
+CONCURRENCY = [int(n) for n in os.environ.get("OPDISPATCH_BENCH_CONCURRENCY", "1,2,4,8").split(",")
+               if n.strip()]
 ROUNDS = int(os.environ.get("OPDISPATCH_BENCH_ROUNDS", "3"))
 BUDGET_S = float(os.environ.get("OPDISPATCH_BENCH_BUDGET", "60"))
 DURATION_S = float(os.environ.get("OPDISPATCH_BENCH_DURATION", "5"))

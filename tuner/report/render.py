@@ -37,8 +37,10 @@ def summary_rows(s: Mapping[str, Any]) -> list[tuple[str, str]]:
     if s.get("accuracy") or set(s.get("precisions") or {}) - {"float32"}:
         from tuner.accuracy.summary import accuracy_lines
 
-        rows.append(("precision", ", ".join(f"{p}: {n} node(s)" for p, n in (s.get("precisions") or {}).items())))
-        rows.append(("accuracy", "\n".join(line.strip() for line in accuracy_lines(s.get("accuracy") or {})[:3])))
+        rows.append(("precision", ", ".join(f"{p}: {n} node(s)"
+                                            for p, n in (s.get("precisions") or {}).items())))
+        rows.append(("accuracy", "\n".join(line.strip()
+                                           for line in accuracy_lines(s.get("accuracy") or {})[:3])))
     final = (s.get("throughput") or {}).get("final")
     if final:
         rows.append(("under load", f"{final['throughput']:.1f} inferences/s with "
@@ -66,7 +68,8 @@ def summary_rows(s: Mapping[str, Any]) -> list[tuple[str, str]]:
     rows.append(("time per backend", "; ".join(
         f"{b}: {fmt_ms(ms)} ms, {steps.get(b, 0)} step(s), {nodes.get(b, 0)} node(s)"
         for b, ms in per.items()) or "-"))
-    rows.append(("peak memory", fmt_bytes(s.get("peak_bytes")) + f" ({s.get('peak_basis') or 'executor liveness plan'})"
+    rows.append(("peak memory", fmt_bytes(s.get("peak_bytes"))
+                 + f" ({s.get('peak_basis') or 'executor liveness plan'})"
                  if is_known(s.get("peak_bytes")) else "not known"))
     vh = s.get("vs_heuristic") or {}
     rows.append(("vs heuristic plan", f"{vh['speedup']:.2f}x ({fmt_ms(vh.get('heuristic_ms'))} ms; "
@@ -82,8 +85,9 @@ def summary_rows(s: Mapping[str, Any]) -> list[tuple[str, str]]:
     opt = s.get("optimizer") or {}
     if opt:
         predicted = opt.get("predicted_s")
-        rows.append(("optimiser", f"{opt.get('method')} ({'optimal' if opt.get('optimal') else 'not proven optimal'})"
-                                  + (f", predicted {predicted * 1e3:.4f} ms" if predicted is not None else "")))
+        rows.append(("optimiser",
+                     f"{opt.get('method')} ({'optimal' if opt.get('optimal') else 'not proven optimal'})"
+                     + (f", predicted {predicted * 1e3:.4f} ms" if predicted is not None else "")))
     tun = s.get("tuning")
     if tun:
         took = tun.get("tuning_s")
