@@ -203,7 +203,8 @@ def export(name: str, out: str | os.PathLike | None = None, *, force: bool = Fal
     folder = model_dir(out)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{name}.onnx"
-    for target, batch in ((path, False), *(((folder / f"{name}.batch.onnx", True),) if spec.batch_copy else ())):
+    for target, batch in ((path, False),
+                          *(((folder / f"{name}.batch.onnx", True),) if spec.batch_copy else ())):
         if target.exists() and not force:
             log(f"{name}: {target} exists, skipped")
             continue
@@ -223,7 +224,8 @@ def _write(spec: ModelSpec, path: Path, symbolic_batch: bool = False) -> None:
         # the TorchScript exporter's deprecation notice and transformers' tracer warnings
         # (shapes become constants, which is intended: static shapes)
         warnings.simplefilter("ignore")
-        torch.onnx.export(module, tuple(_random_inputs(spec).values()), str(tmp), dynamo=False, opset_version=OPSET,
+        torch.onnx.export(module, tuple(_random_inputs(spec).values()), str(tmp), dynamo=False,
+                          opset_version=OPSET,
                           input_names=list(spec.inputs), output_names=list(spec.outputs),
                           do_constant_folding=True, external_data=False,
                           dynamic_axes={n: {0: "batch"} for n in names} if symbolic_batch else None)

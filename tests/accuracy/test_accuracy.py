@@ -58,7 +58,8 @@ def mlp_model(path: Path) -> Path:
     w1 = (rng.standard_normal((64, 128)) * 0.1).astype(np.float32)
     w2 = (rng.standard_normal((128, 32)) * 0.1).astype(np.float32)
     graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "w1"], ["h"], name="mm1"), helper.make_node("Relu", ["h"], ["r"], name="relu"),
+        [helper.make_node("MatMul", ["x", "w1"], ["h"], name="mm1"),
+         helper.make_node("Relu", ["h"], ["r"], name="relu"),
          helper.make_node("MatMul", ["r", "w2"], ["y"], name="mm2")], "mlp",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 64])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 32])],
@@ -81,7 +82,8 @@ def test_metrics_on_known_outputs():
     assert cosine_error(a, [[np.array([np.nan, 0.0], np.float32)]]) == float("inf")
     # the worst sample counts
     two = [[np.array([1.0, 0.0])], [np.array([0.0, 1.0])]]
-    assert cosine_error(two, [[np.array([1.0, 0.0])], [np.array([1.0, 1.0])]]) == pytest.approx(1 - 1 / np.sqrt(2))
+    assert (cosine_error(two, [[np.array([1.0, 0.0])], [np.array([1.0, 1.0])]])
+            == pytest.approx(1 - 1 / np.sqrt(2)))
     assert max_rel_error([[np.array([2.0, -4.0])]], [[np.array([2.0, -3.0])]]) == pytest.approx(0.25)
     logits = [[np.array([[0.1, 0.9], [0.8, 0.2]])]]
     assert top1_error(logits, [[np.array([[0.2, 0.7], [0.1, 0.9]])]]) == pytest.approx(0.5)
@@ -198,7 +200,8 @@ def test_search_takes_what_fits_and_backs_off_what_breaks_the_budget(tmp_path):
     assert plan.nonfinite_fallback is not None and set(plan.nonfinite_fallback.precisions()) == {"float32"}
     reduced = [s for s in plan.steps if s.precision]
     assert reduced and reduced[0].precision["dtype"] == "int8"
-    assert "precision" not in json.dumps([s for s in json.loads(plan.to_json())["steps"] if not s.get("precision")])
+    assert "precision" not in json.dumps(
+        [s for s in json.loads(plan.to_json())["steps"] if not s.get("precision")])
 
 
 
@@ -370,7 +373,8 @@ def test_reduced_variants_against_the_reference(tmp_path, impl_name, tolerance):
     rng = np.random.default_rng(3)
     x = rng.standard_normal((1, 4, 64)).astype(np.float32)
     if impl.calibrate is not None:  # static int8: ranges calibrated on other samples, stored with the step
-        calibration = impl.calibrate(node, [(rng.standard_normal((1, 4, 64)).astype(np.float32),) for _ in range(8)])
+        calibration = impl.calibrate(
+            node, [(rng.standard_normal((1, 4, 64)).astype(np.float32),) for _ in range(8)])
         json.dumps(calibration)  # plain JSON, as a plan step stores it
         # (what the tuner stores with the step: the variant's settings and the calibration)
         node.attrs = {**node.attrs, "precision": {**precision_of(impl), "calibration": calibration}}
@@ -397,9 +401,11 @@ def test_cli_tune_and_run_with_accuracy(tmp_path):
                           "--accuracy", "cosine:0.99", "--data", str(tmp_path / "data.npz")],
                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
     assert ran.returncode == 0, ran.stderr[-2000:]
-    objective = next(w for line in tuned.stdout.splitlines() for w in line.split() if w.startswith("latency+accuracy="))
+    objective = next(w for line in tuned.stdout.splitlines() for w in line.split()
+                     if w.startswith("latency+accuracy="))
     report = subprocess.run([*common, "report", str(model), "--backends", "onnxruntime,numpy", "--objective",
-                             objective.rstrip(";,")], capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+                             objective.rstrip(";,")],
+                            capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
     assert report.returncode == 0, report.stderr[-2000:]
     assert "precision" in report.stdout and "accuracy objective cosine >= 0.99" in report.stdout
     bad = subprocess.run([*common, "tune", str(model), "--budget", "5", "--accuracy", "cosine:2",
@@ -423,13 +429,14 @@ def test_session_tune_with_feeds_and_a_metric_of_ones_own(tmp_path):
         calls.append(len(got))
         return max(float(np.max(np.abs(r[0] - g[0]))) for r, g in zip(reference, got))
 
-    result = sess.tune(budget_s=10, accuracy="worst-abs:0.05", accuracy_data=samples(8), accuracy_fn=worst_abs,
-                       validate_runs=3)
+    result = sess.tune(budget_s=10, accuracy="worst-abs:0.05", accuracy_data=samples(8),
+                       accuracy_fn=worst_abs, validate_runs=3)
     target = Objective.parse(result.key.objective).accuracy
     assert calls and (target.metric, target.budget) == ("worst-abs", 0.05)
     assert result.plan.provenance["accuracy"]["held_out"]["within"]
     feeds = samples(1, seed=9)[0]
-    np.testing.assert_allclose(sess.run(None, feeds)[0], Session(str(model), store=False).run(None, feeds)[0], rtol=0.05)
+    np.testing.assert_allclose(sess.run(None, feeds)[0],
+                               Session(str(model), store=False).run(None, feeds)[0], rtol=0.05)
     # the stored plan is found again by its objective, data digest included
     again = Session(str(model), store=str(tmp_path / "plans.db"), backends=["fakeprec"], registry=reg,
                     objective=result.key.objective, require_plan=True)
@@ -457,12 +464,14 @@ def conv_model(path: Path, opset: int) -> Path:
         [helper.make_node("Conv", ["x", "w"], ["h"], pads=[1, 1, 1, 1], name="conv"),
          helper.make_node("Relu", ["h"], ["y"], name="relu")], "conv",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 8, 8])], [numpy_helper.from_array(w, "w")])
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 8, 8])],
+        [numpy_helper.from_array(w, "w")])
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]), path)
     return path
 
 
-@pytest.mark.parametrize("impl_name", ["Region.onnxruntime.session_int8_static", "Region.openvino.compiled_int8"])
+@pytest.mark.parametrize("impl_name",
+                         ["Region.onnxruntime.session_int8_static", "Region.openvino.compiled_int8"])
 def test_static_int8_of_an_old_opset_region(tmp_path, impl_name):
     """An opset-9 region (onnx's light ResNet-50 is one) is converted to opset 13 first: the
     tool's per-channel DequantizeLinear needs its axis."""
@@ -478,9 +487,11 @@ def test_static_int8_of_an_old_opset_region(tmp_path, impl_name):
     if impl.supports(node) is not None:
         pytest.skip(impl.supports(node))
     rng = np.random.default_rng(2)
-    calibration = impl.calibrate(node, [(rng.standard_normal((1, 4, 8, 8)).astype(np.float32),) for _ in range(8)])
+    calibration = impl.calibrate(
+        node, [(rng.standard_normal((1, 4, 8, 8)).astype(np.float32),) for _ in range(8)])
     node.attrs = {**node.attrs, "precision": {"dtype": "int8", "calibration": calibration}}
     x = rng.standard_normal((1, 4, 8, 8)).astype(np.float32)
     got = impl.build(node)(x)[0]
-    expected = reg.impl("Region.onnxruntime.session").build(region_node(graph, [n.name for n in graph.nodes]))(x)[0]
+    expected = reg.impl("Region.onnxruntime.session").build(
+        region_node(graph, [n.name for n in graph.nodes]))(x)[0]
     assert 1.0 - cosine_error([[expected]], [[got]]) > 0.99

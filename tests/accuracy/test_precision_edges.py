@@ -38,7 +38,8 @@ def _two_regions(reg, graph):
     for names in (["mm1", "relu"], ["mm2"]):
         node = region_node(graph, names)
         steps.append(PlanStep(nodes=names, op=REGION_OP, impl=impl.name, backend=impl.backend,
-                              layouts_in=list(impl.input_layouts(node)), layouts_out=list(impl.output_layouts(node)),
+                              layouts_in=list(impl.input_layouts(node)),
+                              layouts_out=list(impl.output_layouts(node)),
                               precision=precision_of(impl)))
     return assemble(graph, reg, steps, {"label": "two bf16 regions"})
 
@@ -83,7 +84,8 @@ def test_a_plan_with_one_reduced_region_gets_no_edges(setting):
     node = region_node(graph, names)
     one = assemble(graph, reg, [PlanStep(nodes=names, op=REGION_OP, impl=impl.name, backend=impl.backend,
                                          layouts_in=list(impl.input_layouts(node)),
-                                         layouts_out=list(impl.output_layouts(node)), precision=precision_of(impl))])
+                                         layouts_out=list(impl.output_layouts(node)),
+                                         precision=precision_of(impl))])
     assert with_reduced_edges(graph, reg, one) is None
 
 
@@ -129,7 +131,8 @@ def test_the_stage_offers_reduced_precision_between_regions(tmp_path):
 
     ta.registry_with_fake_precision = with_twins
     try:
-        result, store = _tune(chain_model(tmp_path / "chain.onnx"), tmp_path, "max-rel:0.05", samples(8), budget=14.0)
+        result, store = _tune(chain_model(tmp_path / "chain.onnx"), tmp_path, "max-rel:0.05", samples(8),
+                              budget=14.0)
     finally:
         ta.registry_with_fake_precision = original
     acc = result.plan.provenance["accuracy"]
@@ -174,7 +177,8 @@ def test_like_neighbouring_blocks_run_as_one_region(tmp_path):
     assert plan.precisions() == {"int8": 9, "float32": 3}
     cut = with_precisions(graph, reg, bp, chosen, "per block")
     x = samples(1, seed=4)[0]
-    np.testing.assert_allclose(Executor(graph, plan, reg).run(x)[0], Executor(graph, cut, reg).run(x)[0], rtol=1e-6)
+    np.testing.assert_allclose(Executor(graph, plan, reg).run(x)[0], Executor(graph, cut, reg).run(x)[0],
+                               rtol=1e-6)
     # nothing alike next to each other: nothing to merge
     alternate = {k: (scaled, precision_of(scaled)) for k in (0, 2)}
     assert merged(graph, reg, bp, alternate, "per block") is None

@@ -25,7 +25,8 @@ def residual_cnn(path: Path) -> Path:
     rng = np.random.default_rng(1)
 
     def w(*shape):
-        return numpy_helper.from_array((rng.standard_normal(shape) * 0.2).astype(np.float32), f"w{len(inits)}")
+        return numpy_helper.from_array((rng.standard_normal(shape) * 0.2).astype(np.float32),
+                                       f"w{len(inits)}")
 
     inits: list = []
     for shape in ((8, 8, 3, 3), (8, 8, 3, 3), (4, 8, 1, 1)):
@@ -65,7 +66,8 @@ def _region(model: Path, seed: int = 3):
 def _quantized(model) -> set[str]:
     """The tensors a QDQ model quantizes (activations: the weights' pairs are on initializers)."""
     weights = {i.name for i in model.graph.initializer}
-    return {n.input[0] for n in model.graph.node if n.op_type == "QuantizeLinear" and n.input[0] not in weights}
+    return {n.input[0] for n in model.graph.node
+            if n.op_type == "QuantizeLinear" and n.input[0] not in weights}
 
 
 def test_each_recipe_quantizes_what_it_says(tmp_path):
@@ -111,7 +113,8 @@ def test_a_step_stored_before_recipes_had_names_builds_the_recipe_it_was_measure
             assert precision_of(reg.impl(name))["qdq_recipe"] == "openvino"
 
 
-@pytest.mark.parametrize("impl_name", ["Region.openvino.compiled_int8", "Region.onnxruntime.session_int8_static"])
+@pytest.mark.parametrize("impl_name",
+                         ["Region.openvino.compiled_int8", "Region.onnxruntime.session_int8_static"])
 def test_the_static_int8_variants_on_a_residual_cnn_against_the_reference(tmp_path, impl_name):
     from dispatch.backend import load_registry
     from tuner.accuracy.blocks import precision_of

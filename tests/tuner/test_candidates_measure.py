@@ -62,7 +62,8 @@ def test_signatures_dedupe_equal_layers_and_ignore_weight_values(reg):
         x = b.input("x", [1, 4, 8, 8])
         w = b.const(rng.standard_normal((4, 4, 3, 3)).astype(np.float32))
         c1 = b.op("Conv", [x, w], name="c1", pads=[1, 1, 1, 1])
-        c2 = b.op("Conv", [c1, b.const(rng.standard_normal((4, 4, 3, 3)).astype(np.float32))], name="c2", pads=[1, 1, 1, 1])
+        c2 = b.op("Conv", [c1, b.const(rng.standard_normal((4, 4, 3, 3)).astype(np.float32))],
+                  name="c2", pads=[1, 1, 1, 1])
         c3 = b.op("Conv", [c2, w], name="c3", strides=[2, 2])
         b.output(c3)
         return b.build()
@@ -127,5 +128,6 @@ def test_conversion_timing(reg):
 
 def test_time_calls_stops_at_the_repeat_cap():
     calls = []
-    m = time_calls(lambda: calls.append(1), warmup=3, min_repeats=4, max_repeats=9, ci_target=0.0, time_cap_s=100)
+    m = time_calls(lambda: calls.append(1), warmup=3, min_repeats=4, max_repeats=9, ci_target=0.0,
+                   time_cap_s=100)
     assert m.samples == 9 and len(calls) == 12

@@ -117,7 +117,8 @@ def test_a_guarded_plan_round_trips_through_json_and_is_checked_whole(reg, guard
         Executor(graph, Plan.from_dict(data), reg)
 
 
-def test_the_fallback_is_checked_in_outline_with_the_plan_and_in_full_when_first_run(reg, guarded):  # noqa: F811
+def test_the_fallback_is_checked_in_outline_with_the_plan_and_in_full_when_first_run(
+        reg, guarded):  # noqa: F811
     """Start-up checks the fallback's coverage, names and backends (registering nothing);
     what needs its implementations (layouts, support of the nodes) is checked when its
     executor is built, on the first NaN/Inf request, which then fails with a clear error."""

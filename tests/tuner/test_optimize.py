@@ -117,7 +117,8 @@ def fake_problems(draw, shape: str, max_nodes: int = 6, fused: bool = True):
                 outputs=tuple((v, draw(st.sampled_from(layouts))) for v in node_outputs[i]),
                 cost=draw(st.integers(0, 12)) / 4, priority=draw(st.integers(0, 2))))
     if fused:
-        choices += _fused_pairs(draw, nodes, node_inputs, node_outputs, readers, graph_outputs, layouts, shape)
+        choices += _fused_pairs(draw, nodes, node_inputs, node_outputs, readers, graph_outputs,
+                                layouts, shape)
     table = _conversion_table(draw, layouts)
     return Problem(nodes=nodes, choices=choices, graph_inputs=graph_inputs,
                    graph_outputs=graph_outputs, conversion_cost=_conversion_cost(table, size))
@@ -275,7 +276,8 @@ def test_dp_and_milp_agree_on_long_chains():
     for i, node in enumerate(nodes):
         src = f"v{i - 1}" if i else "x"
         for k, lay in enumerate(layouts):
-            choices.append(ch(f"{node}.{lay}", [node], [(src, lay)], [(f"v{i}", lay)], 1 + (i * 7 + k * 3) % 5 / 2))
+            choices.append(ch(f"{node}.{lay}", [node], [(src, lay)], [(f"v{i}", lay)],
+                              1 + (i * 7 + k * 3) % 5 / 2))
         if i and i % 3 == 0:
             choices.append(ch(f"f{i}", [nodes[i - 1], node], [(f"v{i - 2}" if i > 1 else "x", "a")],
                               [(f"v{i}", "a")], 2.5))
@@ -397,7 +399,8 @@ def test_region_exposing_an_inner_value_read_before_it_ends_uses_the_milp():
 
 def _tie_problem(fast_noise, slow_noise, slow_cost=1.01, slow_layout="std"):
     choices = [ch("fast", ["n"], [("x", "std")], [("y", "std")], 1.0, priority=0, noise=fast_noise),
-               ch("pref", ["n"], [("x", slow_layout)], [("y", "std")], slow_cost, priority=5, noise=slow_noise)]
+               ch("pref", ["n"], [("x", slow_layout)], [("y", "std")], slow_cost, priority=5,
+                  noise=slow_noise)]
     return std_problem(["n"], choices, ["y"], lambda v, s, d: 0.5)
 
 

@@ -214,7 +214,8 @@ def test_a_short_budget_leaves_out_the_least_likely_configurations_not_the_likel
     from tuner.throughput.load import LoadResult
     from tuner.tune_types import PlanCandidate
 
-    sessions = {b: Session(small_cnn(), backends=[b], store=False) for b in ("onnxruntime", "openvino", "numpy")}
+    sessions = {b: Session(small_cnn(), backends=[b], store=False)
+                for b in ("onnxruntime", "openvino", "numpy")}
     plans = [PlanCandidate(b, s.plan, None) for b, s in sessions.items()]
     for k, pc in enumerate(plans):
         pc.latency_ms = 1.0 + k
@@ -238,7 +239,8 @@ def test_a_short_budget_leaves_out_the_least_likely_configurations_not_the_likel
     baseline = stage.trials[0]
     assert baseline.result is not None  # the latency set-up of the fastest plan, always
     rank = [tp._priority(t.config, 2) for t in stage.trials]
-    worst_measured = max(rank[k] for k, t in enumerate(stage.trials) if t.result is not None and t is not baseline)
+    worst_measured = max(rank[k] for k, t in enumerate(stage.trials)
+                         if t.result is not None and t is not baseline)
     assert all(rank[stage.trials.index(t)] >= worst_measured for t in skipped)
 
 

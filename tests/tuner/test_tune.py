@@ -43,8 +43,10 @@ def test_tune_stores_a_valid_plan_and_session_reuses_it(tmp_path, reg):
     assert "stored" in result.summary()
     # every node is covered once, and losing candidates carry their measured times
     covered = [n for s in result.plan.steps for n in s.nodes]
-    assert sorted(covered) == sorted(n.name for n in Session(small_cnn(), registry=reg, store=False).graph.nodes)
-    conv = next(n.name for n in Session(small_cnn(), registry=reg, store=False).graph.nodes if n.op_type == "Conv")
+    assert sorted(covered) == sorted(
+        n.name for n in Session(small_cnn(), registry=reg, store=False).graph.nodes)
+    conv = next(n.name for n in Session(small_cnn(), registry=reg, store=False).graph.nodes
+                if n.op_type == "Conv")
     conv_step = result.plan.step_for(conv)  # maybe a fused pattern or a region
     assert conv_step.cost_ms is not None and any("lost:" in r.reason for r in conv_step.rejected)
 
@@ -79,9 +81,11 @@ def test_a_wrong_candidate_never_wins(tmp_path):
     result = tune(small_cnn(), store=store, options=_opts(), registry=reg)
     assert result.stats["wrong"] >= 1
     assert all(s.impl != "Relu.numpy.wrong_but_fast" for s in result.plan.steps)
-    first_relu = next(n.name for n in Session(small_cnn(), registry=reg, store=False).graph.nodes if n.op_type == "Relu")
+    first_relu = next(n.name for n in Session(small_cnn(), registry=reg, store=False).graph.nodes
+                      if n.op_type == "Relu")
     relu = result.plan.step_for(first_relu)  # maybe fused or in a region
-    assert any(r.impl == "Relu.numpy.wrong_but_fast" and r.reason.startswith("wrong result") for r in relu.rejected)
+    assert any(r.impl == "Relu.numpy.wrong_but_fast" and r.reason.startswith("wrong result")
+               for r in relu.rejected)
 
 
 def test_stale_key_is_never_used_silently(tmp_path, reg):
@@ -115,7 +119,8 @@ def test_fused_candidates_take_part(tmp_path, reg):
     xin = _x((1, 6, 8, 8))
     sess = Session(b.build(), registry=reg, store=store, backends=["numpy", "fake"])
     assert sess.plan_source == "store", sess.plan_note
-    np.testing.assert_allclose(sess.run(None, {"x": xin})[0], np.maximum(xin + np.maximum(xin, 0), 0), rtol=1e-6)
+    np.testing.assert_allclose(sess.run(None, {"x": xin})[0], np.maximum(xin + np.maximum(xin, 0), 0),
+                               rtol=1e-6)
 
 
 def test_unknown_objective_and_backend_are_user_errors(tmp_path, reg):

@@ -10,7 +10,8 @@ from tuner.tune_types import PlanCandidate, TuneOptions
 from tuner.validate import _winner, clearly_faster
 
 
-def pc(label: str, ms: float, spread: float, *, baseline: bool, samples: int = 10, peak: int = 1) -> PlanCandidate:
+def pc(label: str, ms: float, spread: float, *, baseline: bool, samples: int = 10,
+       peak: int = 1) -> PlanCandidate:
     return PlanCandidate(label, Plan(graph="g", steps=[], conversions=[]), None, latency_ms=ms,
                          spread_ms=spread, peak_bytes=peak, samples=samples, baseline=baseline)
 

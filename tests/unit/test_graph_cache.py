@@ -160,7 +160,8 @@ def test_a_cached_graph_brings_its_model_fingerprint(tmp_path, cache):
     assert model_fingerprint(second.graph) == kept
     (tmp_path / "other").mkdir()
     other = _session(_model(tmp_path / "other", seed=1))  # a miss: kept as the entry is written
-    assert graph_cache.known_fingerprint(other.graph, CACHED_MODEL_FINGERPRINT) == _computed_fingerprint(other.graph)
+    assert (graph_cache.known_fingerprint(other.graph, CACHED_MODEL_FINGERPRINT)
+            == _computed_fingerprint(other.graph))
 
 
 def test_entry_arrays_come_back_equal_and_writable(tmp_path):
@@ -228,7 +229,8 @@ def test_compiled_kernels_run_a_graph_from_the_cache(tmp_path, cache, backend):
     pack their weights first, so their case passed even then; it is kept as the same check."""
     rng = np.random.default_rng(3)
     b = ModelBuilder(17, "grouped_conv_relu")  # a grouped Conv: its weights reach the kernel as loaded
-    c = b.op("Conv", [b.input("x", [1, 8, 16, 16]), b.const(rng.normal(0, 0.3, (16, 2, 1, 1)).astype(np.float32)),
+    c = b.op("Conv", [b.input("x", [1, 8, 16, 16]),
+                      b.const(rng.normal(0, 0.3, (16, 2, 1, 1)).astype(np.float32)),
                       b.const(rng.normal(0, 0.1, 16).astype(np.float32))], group=4)
     b.output(b.op("Relu", [c]))
     path = tmp_path / "grouped_conv_relu.onnx"

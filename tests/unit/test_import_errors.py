@@ -300,9 +300,12 @@ def test_negative_inferred_dimension_names_the_node():
     ({"group": 0}, (4, 3, 3, 3), r"group must be an integer >= 1, received 0"),
     ({"group": 5}, (4, 3, 3, 3), r"W \[4, 3, 3, 3\] has 4 output channels, not divisible by group=5"),
     ({}, (4, 5, 3, 3), r"X \[1, 3, 8, 8\] has 3 channels, W \[4, 5, 3, 3\] expects 5 per group x group=1"),
-    ({}, (4, 3, 3), r"W must have the rank of X \(4: M, C/group, kernel...\), received 'W' of shape \[4, 3, 3\]"),
-    ({"kernel_shape": [5, 5]}, (4, 3, 3, 3), r"kernel_shape \[5, 5\] does not match W's spatial shape \[3, 3\]"),
-    ({"auto_pad": "WHAT"}, (4, 3, 3, 3), r"auto_pad must be one of NOTSET, SAME_UPPER, SAME_LOWER, VALID, received 'WHAT'"),
+    ({}, (4, 3, 3),
+     r"W must have the rank of X \(4: M, C/group, kernel...\), received 'W' of shape \[4, 3, 3\]"),
+    ({"kernel_shape": [5, 5]}, (4, 3, 3, 3),
+     r"kernel_shape \[5, 5\] does not match W's spatial shape \[3, 3\]"),
+    ({"auto_pad": "WHAT"}, (4, 3, 3, 3),
+     r"auto_pad must be one of NOTSET, SAME_UPPER, SAME_LOWER, VALID, received 'WHAT'"),
     ({"pads": [1, 1]}, (4, 3, 3, 3), r"pads needs 4 values for 2 spatial axes, received \[1, 1\]"),
 ])
 def test_malformed_conv_is_refused_at_load(registry, attrs, w_shape, pattern):
@@ -358,7 +361,8 @@ def test_graph_structure_errors(nodes, pattern):
 
 def test_unknown_domain_and_duplicate_names():
     model = _model([onnx.helper.make_node("Relu", ["x"], ["y"], domain="com.evil", name="r")], [("x", [1])])
-    with pytest.raises(ModelLoadError, match="is of domain 'com.evil', which the model's opset_import does not list"):
+    with pytest.raises(ModelLoadError,
+                       match="is of domain 'com.evil', which the model's opset_import does not list"):
         import_model(model)
     dup = _model([_node("Relu", ["x"], ["y"])], [("x", [1]), ("x", [2])])
     with pytest.raises(ModelLoadError, match=r"'x' has been used as graph input names multiple times"):
@@ -438,7 +442,8 @@ def test_zero_size_shape_whose_other_dimensions_overflow():
             r"value 'x' \(a graph input\) has shape \[0, 0, 2147483648, 2147483648\]: even with no "
             r"elements, numpy cannot hold an array of this shape")):
         import_model(model)
-    assert import_model(_model([_node("Relu", ["x"], ["y"])], [("x", [0, 2**20])])).inputs[0].shape == (0, 2**20)
+    assert (import_model(_model([_node("Relu", ["x"], ["y"])], [("x", [0, 2**20])])).inputs[0].shape
+            == (0, 2**20))
 
 
 def test_gemm_bias_that_does_not_broadcast_is_refused_at_load(registry):
@@ -468,7 +473,8 @@ def test_ceil_mode_window_in_the_padding_is_refused_at_load(registry, op):
         _session(model, registry)
     ok = _model([_node(op, ["x"], ["y"], ceil_mode=1, kernel_shape=[3, 3], strides=[2, 2],
                        pads=[1, 1, 1, 1])], [("x", [1, 5, 12, 5])])
-    assert _session(ok, registry).run(None, {"x": np.ones((1, 5, 12, 5), np.float32)})[0].shape == (1, 5, 7, 3)
+    assert (_session(ok, registry).run(None, {"x": np.ones((1, 5, 12, 5), np.float32)})[0].shape
+            == (1, 5, 7, 3))
 
 
 @pytest.mark.parametrize("op, attrs, x_shape, pattern", [
@@ -495,7 +501,8 @@ def test_windows_onnx_and_the_kernels_size_differently_are_refused(registry, op,
 def test_transpose_perm_that_is_no_permutation_is_refused_at_load(registry):
     """Found by fuzzing: onnxruntime was planned for it and failed at run time."""
     model = _model([_node("Transpose", ["x"], ["y"], perm=[0])], [("x", [1, 2, 3, 4])])
-    with pytest.raises(ModelLoadError, match=r"node 'Transpose_node' \(Transpose\): perm \[0\] is not a permutation of the 4 axes of 'x'"):
+    with pytest.raises(ModelLoadError, match=r"node 'Transpose_node' \(Transpose\): perm \[0\] is not "
+                                             r"a permutation of the 4 axes of 'x'"):
         _session(model, registry)
 
 

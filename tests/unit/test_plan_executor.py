@@ -51,7 +51,8 @@ def test_plan_through_other_layouts_matches_numpy(reg, layout):
     keys = [(c.value, c.dst) for c in forced.plan.conversions]
     assert len(keys) == len(set(keys))
     x = _x()
-    np.testing.assert_allclose(forced.run(None, {"x": x})[0], base.run(None, {"x": x})[0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(forced.run(None, {"x": x})[0], base.run(None, {"x": x})[0],
+                               rtol=1e-5, atol=1e-6)
 
 
 def test_shared_conversion_for_two_consumers(reg):
@@ -139,7 +140,8 @@ def test_unsupported_ops_are_all_listed(reg):
     x = b.input("x", [2, 2])
     b.output(b.op("Det", [x]))
     b.output(b.op("MaxRoiPool", [x, x], pooled_shape=[1, 1]))
-    with pytest.raises(UnsupportedOpError, match=r"no allowed backend implements: .*Det.*MaxRoiPool.*backends found: .*numpy"):
+    with pytest.raises(UnsupportedOpError,
+                       match=r"no allowed backend implements: .*Det.*MaxRoiPool.*backends found: .*numpy"):
         Session(b.build(), backends=["numpy"], registry=reg)
 
 
@@ -159,13 +161,15 @@ def test_kernel_failure_names_node_impl_backend(reg, monkeypatch):
         raise RuntimeError("kaput")
 
     monkeypatch.setattr(call, "fn", boom)
-    with pytest.raises(KernelError, match=rf"node '{call.label}': implementation {call.impl} \(backend numpy\) raised RuntimeError: kaput"):
+    with pytest.raises(KernelError, match=rf"node '{call.label}': implementation {call.impl} "
+                                          r"\(backend numpy\) raised RuntimeError: kaput"):
         sess.run(None, {"x": _x()})
 
 
 def test_feed_errors(reg):
     sess = Session(small_cnn(), backends=["numpy"], registry=reg)
-    with pytest.raises(FeedError, match=r"unknown input name\(s\) \['y'\].*missing input\(s\) \['x'\].*expects x: float32 \[1, 3, 16, 16\]"):
+    with pytest.raises(FeedError, match=r"unknown input name\(s\) \['y'\].*missing input\(s\) \['x'\]"
+                                        r".*expects x: float32 \[1, 3, 16, 16\]"):
         sess.run(None, {"y": _x()})
     with pytest.raises(FeedError, match=r"received shape \[1, 3, 8, 8\], expected \[1, 3, 16, 16\]"):
         sess.run(None, {"x": _x((1, 3, 8, 8))})

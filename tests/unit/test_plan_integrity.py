@@ -100,7 +100,8 @@ def test_unknown_implementation(sess):
     def edit(p):
         p.steps[0].impl = "Conv.numpy.evil"
 
-    err = _rejected(sess, _tampered(sess, edit), r"step 0 \(Conv_1, Conv\.numpy\.evil\): unknown implementation")
+    err = _rejected(sess, _tampered(sess, edit),
+                    r"step 0 \(Conv_1, Conv\.numpy\.evil\): unknown implementation")
     assert "Conv.numpy.im2col" in str(err)  # lists what was expected
 
 
@@ -108,7 +109,8 @@ def test_implementation_of_another_backend(sess):
     def edit(p):
         p.steps[_idx(p, "Relu")].backend = "fake"
 
-    _rejected(sess, _tampered(sess, edit), r"names backend 'fake', but Relu\.numpy\.spy belongs to backend 'numpy'")
+    _rejected(sess, _tampered(sess, edit),
+              r"names backend 'fake', but Relu\.numpy\.spy belongs to backend 'numpy'")
 
 
 def test_implementation_of_another_op(sess):
@@ -195,7 +197,8 @@ def test_conversion_chain_must_lead_from_src_to_dst(reg):
     wrong = copy.deepcopy(forced.plan)
     wrong.conversions[k].chain = list(back.chain)  # a converter the other way round
     SPY.clear()
-    _rejected(forced, wrong, rf"conversion {k} \('{conv.value}' std->tcl\): converter .* goes tcl->std; expected one from 'std'")
+    _rejected(forced, wrong, rf"conversion {k} \('{conv.value}' std->tcl\): converter .* goes tcl->std; "
+                             r"expected one from 'std'")
 
     unknown = copy.deepcopy(forced.plan)
     unknown.conversions[k].chain = ["std->tcl.evil"]
@@ -214,7 +217,8 @@ def test_conversion_chain_must_lead_from_src_to_dst(reg):
         ('{"version": 1, "graph": "g", "steps": {}, "conversions": []}', r"'steps' must be list"),
         ('{"version": 1, "graph": "g", "steps": [], "conversions": [], "code": "import os"}',
          r"unknown field\(s\) \['code'\]"),
-        ('{"version": 1, "graph": "g", "steps": [[1]], "conversions": []}', r"plan step 0 must be a JSON object"),
+        ('{"version": 1, "graph": "g", "steps": [[1]], "conversions": []}',
+         r"plan step 0 must be a JSON object"),
         ('{"version": 1, "graph": "g", "conversions": [], "steps": [{"nodes": ["a"], "op": "Relu",'
          ' "impl": {"py/object": "os.system"}, "backend": "numpy", "layouts_in": [], "layouts_out": []}]}',
          r"plan step 0: field 'impl' must be str"),

@@ -124,7 +124,8 @@ def test_fallback_honours_output_names(reg, relu):
 
 
 def test_unknown_on_error_mode(reg):
-    with pytest.raises(ArgumentError, match=r"on_error must be one of 'raise', 'fallback', received 'ignore'"):
+    with pytest.raises(ArgumentError,
+                       match=r"on_error must be one of 'raise', 'fallback', received 'ignore'"):
         Session(small_cnn(), registry=reg, store=False, on_error="ignore")
 
 

@@ -95,7 +95,8 @@ def test_a_session_with_input_shapes_runs_other_shapes_too():
 def test_feeds_that_do_not_fit_the_declaration_are_refused_with_the_declaration():
     sess = Session(dynamic_model(), store=False)
     feeds = _feeds(2, 5)
-    with pytest.raises(FeedError, match=r"received shape \[2, 5, 7\], expected \[batch, seq, 8\] \(dimension 2 is 7"):
+    with pytest.raises(FeedError,
+                       match=r"received shape \[2, 5, 7\], expected \[batch, seq, 8\] \(dimension 2 is 7"):
         sess.run(None, {"x": np.zeros((2, 5, 7), np.float32), "mask": feeds["mask"]})
     with pytest.raises(FeedError, match="'seq' is 5 in input 'x' and 4 in input 'mask'"):
         sess.run(None, {"x": feeds["x"], "mask": np.ones((2, 4), np.float32)})

@@ -58,7 +58,8 @@ def test_outer_names_reach_into_nested_bodies():
     assert outer_names(outer) == ["b", "deep"]  # 'a' and 'cond' are its own
 
 
-@pytest.mark.parametrize("backends", [["numpy"], ["onnxruntime"], None], ids=["numpy", "onnxruntime", "default"])
+@pytest.mark.parametrize("backends", [["numpy"], ["onnxruntime"], None],
+                         ids=["numpy", "onnxruntime", "default"])
 def test_a_renamed_outer_value_still_reaches_the_body(backends):
     """The Identity is removed at load, so the If's implicit input is ``x`` while its bodies
     read ``xi``: both the reference backend and an onnxruntime region bridge the names."""
