@@ -34,8 +34,8 @@ TUNED = {"tuned-throughput": "throughput@n={n}", "tuned-latency": "latency",
 def measure(model: str, setup: str, concurrency: int, duration_s: float, store: str,
             warmup_s: float = 0.5) -> dict:
     """Build ``setup`` for ``model``, time it under load and return the result as a dict."""
-    from tuner.throughput.library_load import SETUPS, measure_library, random_feeds
     from tuner.throughput.batch import session_load
+    from tuner.throughput.library_load import SETUPS, measure_library, random_feeds
 
     feeds = random_feeds(model)
     if setup not in TUNED:

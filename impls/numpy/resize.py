@@ -287,10 +287,8 @@ def tap_weights(
         s, start = 1.0, 1 - int(support)
     offsets = np.arange(start, 2 - start)  # taps relative to base: 2 - 2 * start of them
     dist = (offsets[None, :] - r[:, None]) * s
-    if mode == "linear":
-        w = np.clip(1.0 - np.abs(dist), 0.0, 1.0)
-    else:
-        w = _cubic(dist, attrs.cubic_coeff_a)
+    w = (np.clip(1.0 - np.abs(dist), 0.0, 1.0) if mode == "linear"
+         else _cubic(dist, attrs.cubic_coeff_a))
     idx = base[:, None] + offsets[None, :]
     if attrs.exclude_outside:
         w = np.where((idx < 0) | (idx >= n_in), 0.0, w)

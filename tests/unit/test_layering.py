@@ -28,6 +28,8 @@ ROOT = Path(__file__).resolve().parents[2]
 FLOORS = {"layouts": 1, "dispatch": 1, "impls": 2, "tuner": 3}
 #: The largest module the house allows (lines); a module above it holds more than one concept.
 MAX_MODULE_LINES = 600
+#: The longest line (characters): ruff's ``line-length`` in pyproject.toml.
+MAX_LINE_CHARS = 110
 
 
 def _modules() -> dict[str, Path]:
@@ -230,6 +232,24 @@ def test_no_module_is_a_hall(package):
     long = {_where(p): n for m, p in MODULES.items() if m.split(".")[0] == package
             and (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES}
     assert not long, f"modules over {MAX_MODULE_LINES} lines: {long}"
+
+
+def test_no_product_line_is_longer_than_110_characters():
+    """Every line of ``dispatch``, ``layouts``, ``impls`` and ``tuner`` fits ruff's line-length,
+    checked here as well, so that a run of the tests alone catches a long line."""
+    long = [f"{_where(p)}:{k} ({len(line)} characters)" for p in MODULES.values()
+            for k, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+            if len(line) > MAX_LINE_CHARS]
+    assert not long, f"lines over {MAX_LINE_CHARS} characters:\n" + "\n".join(long)
+
+
+def test_a_seeded_long_line_is_caught(tmp_path, monkeypatch):
+    """The line check is not vacuous: a core module with a 116-character line is flagged."""
+    wide = tmp_path / "wide.py"
+    wide.write_text("x = 1\n" + "y = '" + "a" * 110 + "'\n")
+    monkeypatch.setitem(MODULES, "dispatch.wide", wide)
+    with pytest.raises(AssertionError, match=r"wide.py:2 \(116 characters\)"):
+        test_no_product_line_is_longer_than_110_characters()
 
 
 def test_the_core_runs_an_untuned_plan_without_the_tuner(tmp_path):
