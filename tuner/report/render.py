@@ -12,10 +12,21 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from dispatch.errors import ArgumentError
+from dispatch.objective import Objective
 from tuner.busy import BUSY_SHARE
 from tuner.report.data import ReportData, fmt_bytes, fmt_delta, fmt_ms, fmt_share, is_known
 from tuner.report.library import LIBRARY_MARK, is_library_source
 from tuner.tables import aligned, terminal_width
+
+
+def _nonstrict_nan(objective: str) -> bool:
+    """Whether the objective a report names lets NaN/Inf differ (``False`` when it is not an
+    objective this release reads: the report shows it as it was stored)."""
+    try:
+        return Objective.parse(objective).nonstrict_nan
+    except ArgumentError:
+        return False
 
 
 def summary_rows(s: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -29,7 +40,7 @@ def summary_rows(s: Mapping[str, Any]) -> list[tuple[str, str]]:
     objective = str(s.get("objective") or "not known")
     rows.append(("objective", objective + (
         " (NaN/Inf semantics not checked: outputs may be finite where the reference gives NaN "
-        "or Inf)" if objective.endswith("+nonstrict-nan") else "")))
+        "or Inf)" if _nonstrict_nan(objective) else "")))
     if s.get("nonfinite_guard"):
         rows.append(("NaN/Inf guard", f"guarded: NaN/Inf inputs run {s['nonfinite_guard']}"))
     if s.get("serving"):
