@@ -108,8 +108,11 @@ class Session(TuningMixin, FallbackMixin, BatchMixin):
         store: the plan store to look the model up in (and to tune into): a path or a
             ``tuner.store.PlanStore``; ``None`` uses the configured store (``store_path``),
             reading it only when it exists; ``False`` never reads nor writes one.
-        objective: the tuning objective whose stored plan to use (``latency``, ``memory``,
-            ``latency@cap=BYTES``).
+        objective: the tuning objective whose stored plan to use: a
+            :class:`~dispatch.objective.Objective` or its spelling (``latency``, ``memory``,
+            ``latency@cap=BYTES``, ``throughput@n=4,p99=50``, ``...+nonstrict-nan``; parts in any
+            order); :attr:`objective` holds it resolved (a throughput objective names its
+            concurrency, as its plans' keys do).
         tune: ``None`` (default) never tunes; ``"first-run"``: when the store has no plan, the
             first :meth:`run` tunes the model within ``tune_budget_s``, stores the plan and
             switches the session to it (see :meth:`run`).
