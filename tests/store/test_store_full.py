@@ -61,7 +61,8 @@ def test_tuning_onto_a_full_disk_returns_the_plan_and_keeps_the_store(tmp_path):
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             result = tune(small_cnn(), store="plans.sqlite",
-                          options=TuneOptions(budget_s=20, progress=False, validate_runs=3))
+                          options=TuneOptions(budget_s=8, progress=False, validate_runs=3,
+                                              backends=["native", "numpy"]))
         print("PLAN_ID", result.plan_id)
         print("ERROR", result.store_error)
         print("WARNINGS", sum("goes on with its measurements in memory" in str(w.message)
@@ -89,8 +90,8 @@ def test_the_command_line_says_the_plan_was_not_stored(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.run(
         [sys.executable, "-m", "tuner.cli", "tune", "model.onnx", "--store", "plans.sqlite",
-         "--budget", "20", "--no-progress"], cwd=tmp_path, env=env, capture_output=True,
-        text=True, timeout=300, preexec_fn=_limited(LIMIT))
+         "--budget", "8", "--backends", "native,numpy", "--no-progress"], cwd=tmp_path, env=env,
+        capture_output=True, text=True, timeout=300, preexec_fn=_limited(LIMIT))
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr
     assert "NOT stored" in proc.stdout  # the summary of what was tuned is still shown
@@ -107,7 +108,8 @@ def test_a_first_run_session_runs_the_tuned_plan_from_memory(tmp_path):
         from tests.builders import small_cnn
 
         warnings.simplefilter("ignore")
-        sess = Session(small_cnn(), store="plans.sqlite", tune="first-run", tune_budget_s=20)
+        sess = Session(small_cnn(), store="plans.sqlite", tune="first-run", tune_budget_s=8,
+                       backends=["native", "numpy"])
         x = np.random.default_rng(0).standard_normal((1, 3, 16, 16)).astype(np.float32)
         sess.run(None, {"x": x})
         print("SOURCE", sess.plan_source)

@@ -11,7 +11,9 @@ from __future__ import annotations
 import copy
 import dataclasses
 import multiprocessing
+import sqlite3
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -33,6 +35,30 @@ from tuner.tune import TuneOptions, tune
 @pytest.fixture(scope="module")
 def reg():
     return registry_with_fake()
+
+
+@pytest.fixture(scope="module")
+def tuned_stores(tmp_path_factory, reg):
+    """One tuning per model for the whole module (tuning is what costs): ``name -> (store path,
+    result)`` for ``small_cnn`` and ``other_cnn``; a test takes its own copy (:func:`_copy`)."""
+    folder = tmp_path_factory.mktemp("tuned")
+    out = {}
+    for name, model in (("small_cnn", small_cnn()), ("other_cnn", other_cnn())):
+        path = folder / f"{name}.sqlite"
+        out[name] = (path, tune(model, store=path, options=_opts(), registry=reg))
+    return out
+
+
+def _copy(tuned_stores, name: str, to: Path):
+    """A copy at ``to`` of the store holding ``name``'s tuned plan, and its tuning result."""
+    source, result = tuned_stores[name]
+    src, dst = sqlite3.connect(source), sqlite3.connect(to)
+    try:
+        src.backup(dst)
+    finally:
+        src.close()
+        dst.close()
+    return result
 
 
 def _opts(**kw) -> TuneOptions:
@@ -82,18 +108,18 @@ def test_require_plan_without_a_store_names_the_path(tmp_path, reg):
     assert not path.exists()  # looking a plan up never creates the store
 
 
-def test_require_plan_on_an_untuned_model_says_never_tuned(tmp_path, reg):
+def test_require_plan_on_an_untuned_model_says_never_tuned(tmp_path, reg, tuned_stores):
     path = tmp_path / "plans.sqlite"
-    tune(other_cnn(), store=path, options=_opts(), registry=reg)  # another model only
+    _copy(tuned_stores, "other_cnn", path)  # another model only
     with pytest.raises(PlanNotFoundError, match="never tuned here") as info:
         Session(small_cnn(), registry=reg, store=path, require_plan=True)
     assert str(path) in str(info.value)
     assert info.value.reasons == ["this model was never tuned here"]
 
 
-def test_require_plan_hit_runs_the_stored_plan_and_measures_nothing(tmp_path, reg):
+def test_require_plan_hit_runs_the_stored_plan_and_measures_nothing(tmp_path, reg, tuned_stores):
     path = tmp_path / "plans.sqlite"
-    result = tune(small_cnn(), store=path, options=_opts(), registry=reg)
+    result = _copy(tuned_stores, "small_cnn", path)
     before = _counts(path)
     sess = Session(small_cnn(seed=5), registry=reg, store=path, require_plan=True)  # new weights
     assert sess.plan_source == "store", sess.plan_note
@@ -121,9 +147,10 @@ def _tamper_software(path, backend: str = "numpy", version: str = "numpy 0.0.1")
                           latency_ms=stored.latency_ms)
 
 
-def test_a_plan_of_other_software_is_not_used_and_the_reason_is_shown(tmp_path, reg):
+def test_a_plan_of_other_software_is_not_used_and_the_reason_is_shown(tmp_path, reg,
+                                                                     tuned_stores):
     path = tmp_path / "plans.sqlite"
-    tune(small_cnn(), store=path, options=_opts(), registry=reg)
+    _copy(tuned_stores, "small_cnn", path)
     plan_id = _tamper_software(path)
     sess = Session(small_cnn(), registry=reg, store=path)
     assert sess.plan_source == "heuristic"
@@ -137,9 +164,9 @@ def test_a_plan_of_other_software_is_not_used_and_the_reason_is_shown(tmp_path, 
         assert any(r.startswith("numpy: 0.0.1 -> ") for r in stale_reasons(stored, reg))
 
 
-def test_another_objective_is_a_miss_with_its_reason(tmp_path, reg):
+def test_another_objective_is_a_miss_with_its_reason(tmp_path, reg, tuned_stores):
     path = tmp_path / "plans.sqlite"
-    tune(small_cnn(), store=path, options=_opts(), registry=reg)
+    _copy(tuned_stores, "small_cnn", path)
     with pytest.raises(PlanNotFoundError, match="objective: latency -> memory"):
         Session(small_cnn(), registry=reg, store=path, objective="memory", require_plan=True)
     sess = Session(small_cnn(), registry=reg, store=path, objective="latency@cap=1000000")
@@ -329,11 +356,11 @@ def test_malformed_bundles_are_refused_whole(tmp_path, good_bundle, edit, messag
         assert dst.all_plans() == []
 
 
-def test_prune_removes_stale_and_old_plans_only(tmp_path, reg):
+def test_prune_removes_stale_and_old_plans_only(tmp_path, reg, tuned_stores):
     from datetime import datetime, timedelta, timezone
 
     path = tmp_path / "plans.sqlite"
-    tune(small_cnn(), store=path, options=_opts(), registry=reg)
+    _copy(tuned_stores, "small_cnn", path)
     stale_id = _tamper_software(path)
     fresh = tune(other_cnn(), store=path, options=_opts(), registry=reg)
     with PlanStore(path) as s:
@@ -401,11 +428,11 @@ def test_two_tuners_and_a_reader_share_one_store(tmp_path, reg):
         assert Session(model, registry=reg, store=path, require_plan=True).plan_source == "store"
 
 
-def test_a_session_says_where_its_start_up_went(tmp_path, reg):
+def test_a_session_says_where_its_start_up_went(tmp_path, reg, tuned_stores):
     """``Session.startup`` splits the creation time into stages, for a stored plan (lookup and
     executor build apart) and for the untuned one; figures are not judged, only accounted."""
     store = tmp_path / "plans.sqlite"
-    tune(small_cnn(), store=store, options=_opts(), registry=reg)
+    _copy(tuned_stores, "small_cnn", store)
     for kwargs, source in ((dict(store=store), "store"), (dict(store=False), "heuristic")):
         sess = Session(small_cnn(), registry=reg, **kwargs)
         assert sess.plan_source == source, sess.plan_note
