@@ -49,7 +49,7 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
-from tuner.throughput.load import closed_loop_rate, latency_figures
+from tuner.throughput.load import LoadResult, closed_loop_rate, latency_figures
 
 #: the only host a load is sent to
 LOOPBACK = "127.0.0.1"
@@ -80,27 +80,14 @@ class Record:
 
 
 @dataclass
-class LoadReport:
-    """What a load run measured (latencies in milliseconds)."""
+class LoadReport(LoadResult):
+    """What a load run against a server measured (latencies in milliseconds): the figures of
+    every load result (:class:`tuner.throughput.load.LoadResult`) and the serving run's own."""
 
-    mode: str
-    model: str
-    concurrency: int
+    mode: str = "closed"
+    model: str = ""
     #: the offered rate (open loop), requests per second; ``None`` in a closed loop
-    rate: float | None
-    #: successful requests counted in the window
-    requests: int
-    #: the measured window, seconds
-    seconds: float
-    #: counted requests per second
-    throughput: float
-    p50_ms: float
-    p90_ms: float
-    p99_ms: float
-    mean_ms: float
-    #: failed requests, warm-up included, and the first one's error
-    errors: int = 0
-    error: str | None = None
+    rate: float | None = None
     #: requests sent in all (warm-up included)
     sent: int = 0
     #: open loop: requests sent more than 1 ms after they were due (no sender was free)
