@@ -151,9 +151,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError("--untuned and --require-plan exclude each other: --untuned ignores "
                          "stored plans, --require-plan insists on one")
     load_run.check(args)
+    store = False if args.untuned else args.store
+    if load_run.replays(args):
+        return load_run.run_replay(args, lambda: Session(
+            args.model, backends=backends, input_shapes=shapes or None, store=store,
+            objective=load_run.objective_for(args), require_plan=args.require_plan))
     if args.library is not None:
         return load_run.run_library(args, given)
-    store = False if args.untuned else args.store
     objective = load_run.objective_for(args)
     sess = Session(args.model, backends=backends, input_shapes=shapes or None, store=store,
                    objective=objective, require_plan=args.require_plan)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -28,17 +28,23 @@ def add_arguments(r: argparse.ArgumentParser) -> None:
     """The load options of ``opdispatch run``."""
     r.add_argument("--accuracy", default=None, metavar="METRIC:BUDGET",
                    help="run the plan tuned with this accuracy objective on --data (tune --accuracy)")
-    r.add_argument("--data", default=None, metavar="FILE.npz",
-                   help="with --accuracy: the data the plan was tuned on (its digest names the plan)")
+    r.add_argument("--data", default=None, metavar="REQUESTS",
+                   help="replay these requests one at a time, twice (first pass: every shape new "
+                        "to the process; second: every shape seen), and print throughput and "
+                        "p50/p90/p99 per pass, for the plan or, with --library onnxruntime or "
+                        "openvino-latency, a plain library: an .npz of arrays named like the "
+                        "inputs (first axis = requests) or a folder of them, one file per shape. "
+                        "With --accuracy: the data the plan was tuned on (its digest names the "
+                        "plan)")
     r.add_argument("--concurrency", type=positive_int, default=None, metavar="N",
                    help="measure under load: N requests in flight from N threads for --duration "
                         f"seconds (default {DEFAULT_WINDOW_S:g}); prints throughput and p50/p90/p99. "
                         "Runs the stored plan of --objective, by default throughput@n=N (else the "
                         "latency plan, said so)")
     r.add_argument("--library", default=None, metavar="SETUP",
-                   help="with --concurrency: measure a plain library instead of the plan "
-                        "(onnxruntime, onnxruntime-per-request, openvino-latency, "
-                        "openvino-throughput)")
+                   help="with --concurrency or --data: measure a plain library instead of the "
+                        "plan (under load: onnxruntime, onnxruntime-per-request, openvino-latency, "
+                        "openvino-throughput; a replay: onnxruntime, openvino-latency)")
 
 
 def objective_for(args: argparse.Namespace) -> Objective:
@@ -49,7 +55,7 @@ def objective_for(args: argparse.Namespace) -> Objective:
     from dispatch.objective import AccuracyTarget, Objective, parse_accuracy
 
     accuracy, data = getattr(args, "accuracy", None), getattr(args, "data", None)
-    if (accuracy is None) != (data is None):
+    if accuracy is not None and data is None:
         raise UsageError("--accuracy METRIC:BUDGET and --data FILE.npz go together: the plan was "
                          "tuned for that budget on that data")
     try:
@@ -73,8 +79,14 @@ def objective_for(args: argparse.Namespace) -> Objective:
 
 def check(args: argparse.Namespace) -> None:
     """Refuse option combinations that make no sense, saying why."""
+    if replays(args):
+        if args.concurrency is not None or args.runs is not None or args.output or args.input:
+            raise UsageError("--data replays its requests one at a time, twice; --concurrency, "
+                             "--runs, --output and --input go with runs of one set of feeds")
+        return
     if args.library is not None and args.concurrency is None:
-        raise UsageError("--library measures a plain library under load: give --concurrency N too")
+        raise UsageError("--library measures a plain library under load (give --concurrency N) "
+                         "or replays requests (give --data REQUESTS)")
     if args.concurrency is not None and (args.runs is not None or args.output):
         raise UsageError("--concurrency measures for --duration seconds; --runs and --output "
                          "go with single runs")
@@ -132,3 +144,65 @@ def _report(args: argparse.Namespace, what: str, result: Any) -> int:
               file=sys.stderr)
         return 1
     return 0
+
+
+def replays(args: argparse.Namespace) -> bool:
+    """Whether ``opdispatch run`` replays ``--data`` (given without ``--accuracy``)."""
+    return getattr(args, "data", None) is not None and getattr(args, "accuracy", None) is None
+
+
+def run_replay(args: argparse.Namespace, session: Callable[[], Any]) -> int:
+    """``--data REQUESTS``: the requests replayed one at a time, twice, on the plan
+    (``session()`` makes the Session) or with ``--library`` a plain library
+    (:mod:`tuner.replay`)."""
+    from dispatch.errors import ArgumentError, OpDispatchError
+    from tuner.replay import LIBRARIES, library_call, pass_dicts, read_requests, replay
+
+    human = sys.stderr if args.json == "-" else sys.stdout
+    sess = None
+    try:
+        if args.library is not None:
+            if args.library not in LIBRARIES:
+                raise UsageError(f"unknown --library {args.library!r} for a replay; known: "
+                                 + "; ".join(f"{k} ({v})" for k, v in LIBRARIES.items()))
+            requests = read_requests(args.data, _declared(args.model))
+            call = library_call(args.model, args.library)
+            what = f"plain {args.library}: {LIBRARIES[args.library]}"
+        else:
+            sess = session()
+            requests = read_requests(args.data, sess.declared)
+            run = sess.run
+            call = lambda feeds: run(None, feeds)  # noqa: E731
+            what = f"plan ({sess.plan_source}, objective {sess.objective}): {sess.plan_note}"
+    except ArgumentError as exc:
+        raise UsageError(str(exc)) from None
+    except OpDispatchError as exc:
+        raise UsageError(str(exc)) from None
+    passes = replay(call, requests)
+    if sess is not None and sess.plan is not None:  # symbolic inputs: the first shape's plan
+        print(sess.describe(), file=human)
+    print(f"{what}\n" + "\n".join(p.describe() for p in passes), file=human)
+    if args.json:
+        text = json.dumps({"model": args.model, "what": what, "data": str(args.data),
+                           "passes": pass_dicts(passes)}, indent=2)
+        if args.json == "-":
+            print(text)
+        else:
+            with open(args.json, "w") as f:
+                f.write(text + "\n")
+            print(f"results written to {args.json}")
+    failed = [p for p in passes if p.errors]
+    if failed:
+        print(f"opdispatch run: error: {failed[0].errors} request(s) failed: {failed[0].error}",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+def _declared(model: str) -> list[Any]:
+    """The model's inputs as it declares them (symbols kept), its weights left unread."""
+    import onnx
+
+    from dispatch.input_shapes import declared_inputs
+
+    return declared_inputs(onnx.load(model, load_external_data=False))

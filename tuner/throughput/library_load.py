@@ -50,7 +50,7 @@ FLOAT32 = {"INFERENCE_PRECISION_HINT": "f32"}
 _EXTRAS = {"onnxruntime": "onnxruntime", "openvino": "openvino"}
 
 
-def _library(name: str) -> Any:
+def load_library(name: str) -> Any:
     """Import ``name`` (onnxruntime or openvino) or say which extra installs it."""
     try:
         if name == "onnxruntime":
@@ -98,7 +98,7 @@ def random_feeds(model_path: str, seed: int = 0) -> dict[str, np.ndarray]:
 
 
 def _ort_sessions(model_path: str, count: int, threads: int) -> list[Any]:
-    ort = _library("onnxruntime")
+    ort = load_library("onnxruntime")
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads
     return [ort.InferenceSession(model_path, opts, providers=["CPUExecutionProvider"])
@@ -114,7 +114,7 @@ def _thread_call(model_path: str, setup: str, concurrency: int,
     if setup == "onnxruntime-per-request":
         sessions = _ort_sessions(model_path, concurrency, 1)
         return lambda k: sessions[k].run(None, feeds)
-    ov = _library("openvino")
+    ov = load_library("openvino")
     compiled = ov.Core().compile_model(model_path, "CPU", {"PERFORMANCE_HINT": "LATENCY",
                                                            **precision})
     requests = [compiled.create_infer_request() for _ in range(concurrency)]
@@ -140,7 +140,7 @@ def _openvino_throughput(model_path: str, feeds: dict[str, np.ndarray], duration
     then ``duration_s`` seconds or ``max_requests`` completed requests. A request counts when
     it completes inside the window, as in :func:`tuner.throughput.load.run_load`; its latency runs from
     ``start_async`` to its callback."""
-    ov = _library("openvino")
+    ov = load_library("openvino")
     compiled = ov.Core().compile_model(model_path, "CPU", {"PERFORMANCE_HINT": "THROUGHPUT",
                                                            **precision})
     jobs = int(compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS"))
