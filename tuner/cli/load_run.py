@@ -85,8 +85,8 @@ def check(args: argparse.Namespace) -> None:
                              "--runs, --output and --input go with runs of one set of feeds")
         return
     if args.library is not None and args.concurrency is None:
-        raise UsageError("--library measures a plain library under load (give --concurrency N) "
-                         "or replays requests (give --data REQUESTS)")
+        raise UsageError("--library measures a plain library under load: give --concurrency N "
+                         "too (or replay requests through it: give --data REQUESTS)")
     if args.concurrency is not None and (args.runs is not None or args.output):
         raise UsageError("--concurrency measures for --duration seconds; --runs and --output "
                          "go with single runs")
