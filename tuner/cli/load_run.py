@@ -128,17 +128,23 @@ def run_plan(args: argparse.Namespace, sess: Any, feeds: Mapping[str, np.ndarray
     return _report(args, f"plan ({sess.plan_source}, objective {sess.objective}): {how}", result)
 
 
+def _write_json(args: argparse.Namespace, payload: dict[str, Any]) -> None:
+    """``--json FILE`` (``-``: standard output): the figures for machines."""
+    if not args.json:
+        return
+    text = json.dumps(payload, indent=2)
+    if args.json == "-":
+        print(text)
+        return
+    with open(args.json, "w") as f:
+        f.write(text + "\n")
+    print(f"results written to {args.json}")
+
+
 def _report(args: argparse.Namespace, what: str, result: Any) -> int:
     human = sys.stderr if args.json == "-" else sys.stdout
     print(f"{what}\n{result.describe()}", file=human)
-    if args.json:
-        text = json.dumps({"model": args.model, "what": what, **result.to_dict()}, indent=2)
-        if args.json == "-":
-            print(text)
-        else:
-            with open(args.json, "w") as f:
-                f.write(text + "\n")
-            print(f"results written to {args.json}")
+    _write_json(args, {"model": args.model, "what": what, **result.to_dict()})
     if result.errors:
         print(f"opdispatch run: error: {result.errors} request(s) failed: {result.error}",
               file=sys.stderr)
@@ -182,15 +188,8 @@ def run_replay(args: argparse.Namespace, session: Callable[[], Any]) -> int:
     if sess is not None and sess.plan is not None:  # symbolic inputs: the first shape's plan
         print(sess.describe(), file=human)
     print(f"{what}\n" + "\n".join(p.describe() for p in passes), file=human)
-    if args.json:
-        text = json.dumps({"model": args.model, "what": what, "data": str(args.data),
-                           "passes": pass_dicts(passes)}, indent=2)
-        if args.json == "-":
-            print(text)
-        else:
-            with open(args.json, "w") as f:
-                f.write(text + "\n")
-            print(f"results written to {args.json}")
+    _write_json(args, {"model": args.model, "what": what, "data": str(args.data),
+                       "passes": pass_dicts(passes)})
     failed = [p for p in passes if p.errors]
     if failed:
         print(f"opdispatch run: error: {failed[0].errors} request(s) failed: {failed[0].error}",
