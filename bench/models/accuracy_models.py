@@ -307,13 +307,9 @@ def minilm_folder(log: Log) -> Iterator[Path]:
         yield Path(tmp) / "x" / MINILM_MODULE / "model"
 
 
-def _export_text_model(model: Any, path: Path, tokens: dict[str, np.ndarray],
-                       log: Log) -> float:
-    """Export a transformers encoder (eval mode) to ``path`` with static 1xSEQ inputs
-    TEXT_INPUTS and the one output TEXT_OUTPUT; check it with onnxruntime against torch on
-    the first sample of ``tokens`` and on the one with the most tokens. Returns the largest
-    absolute difference; raises (and writes nothing) when it is EXPORT_TOLERANCE or more."""
-    import onnxruntime as ort
+def last_hidden_state(model: Any) -> Any:
+    """A transformers encoder (in eval mode) as a torch module of TEXT_INPUTS, positional, that
+    returns its ``last_hidden_state`` only: what the text exports export."""
     import torch
 
     class LastHiddenState(torch.nn.Module):
@@ -326,7 +322,19 @@ def _export_text_model(model: Any, path: Path, tokens: dict[str, np.ndarray],
             return self.inner(input_ids=input_ids, attention_mask=attention_mask,
                               token_type_ids=token_type_ids).last_hidden_state
 
-    wrapped = LastHiddenState(model.eval()).eval()
+    return LastHiddenState(model.eval()).eval()
+
+
+def _export_text_model(model: Any, path: Path, tokens: dict[str, np.ndarray],
+                       log: Log) -> float:
+    """Export a transformers encoder (eval mode) to ``path`` with static 1xSEQ inputs
+    TEXT_INPUTS and the one output TEXT_OUTPUT; check it with onnxruntime against torch on
+    the first sample of ``tokens`` and on the one with the most tokens. Returns the largest
+    absolute difference; raises (and writes nothing) when it is EXPORT_TOLERANCE or more."""
+    import onnxruntime as ort
+    import torch
+
+    wrapped = last_hidden_state(model)
     lengths = tokens["attention_mask"].sum(axis=(1, 2))
     checks = sorted({0, int(np.argmax(lengths))})
 

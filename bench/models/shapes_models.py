@@ -45,6 +45,7 @@ from bench.models.accuracy_models import (
     SEQ,
     TEXT_INPUTS,
     TEXT_OUTPUT,
+    last_hidden_state,
     minilm_folder,
     sentences,
 )
@@ -108,17 +109,7 @@ def export_dynamic(model: Any, path: Path, requests: list[dict[str, np.ndarray]]
     import onnxruntime as ort
     import torch
 
-    class LastHiddenState(torch.nn.Module):
-        def __init__(self, inner: torch.nn.Module) -> None:
-            super().__init__()
-            self.inner = inner
-
-        def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                    token_type_ids: torch.Tensor) -> torch.Tensor:
-            return self.inner(input_ids=input_ids, attention_mask=attention_mask,
-                              token_type_ids=token_type_ids).last_hidden_state
-
-    wrapped = LastHiddenState(model.eval()).eval()
+    wrapped = last_hidden_state(model)
     lengths = [r["input_ids"].shape[1] for r in requests]
     checks = sorted({int(np.argmin(lengths)), int(np.argmax(lengths))})
     axes = {k: {0: "batch", 1: "sequence"} for k in (*TEXT_INPUTS, TEXT_OUTPUT)}
