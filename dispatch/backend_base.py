@@ -55,6 +55,11 @@ class Backend:
         node by node for their attributes or dtypes. Empty for per-op backends."""
         return {}
 
+    def model_ways(self) -> list[Any]:
+        """The ways it runs a whole model at any input shape (``dispatch.model_ways.ModelWay``:
+        the candidates of range plans); empty for a backend that runs nodes or regions only."""
+        return []
+
 
 @dataclass
 class BackendStatus:

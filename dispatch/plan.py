@@ -83,6 +83,18 @@ class Plan:
     #: JSON object), set by throughput tuning; ``None`` (and absent from older plans' JSON):
     #: one executor, one request at a time on every core
     serving: dict[str, Any] | None = None
+    #: a range plan (:class:`dispatch.range_plan.RangePlan` as a JSON object): the plan of a
+    #: shape range, its buckets run by whole-model ways, with no steps of its own; ``None``
+    #: (and absent from the JSON): a plan of concrete shapes
+    shapes: dict[str, Any] | None = None
+
+    def range_plan(self) -> Any:
+        """The plan's :class:`~dispatch.range_plan.RangePlan`, else ``None``."""
+        if self.shapes is None:
+            return None
+        from dispatch.range_plan import RangePlan
+
+        return RangePlan.from_dict(self.shapes)
 
     def serving_config(self) -> Any:
         """The plan's :class:`~dispatch.serving.ServingConfig`, else ``None``."""
@@ -111,6 +123,8 @@ class Plan:
     # -- serialisation -----------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
+        if data.get("shapes") is None:
+            data.pop("shapes", None)
         for plan in (data, data.get("nonfinite_fallback") or {}):
             for step in plan.get("steps", ()):
                 if step.get("precision") is None:
@@ -194,7 +208,14 @@ class Plan:
                 from dispatch.serving import ServingConfig
 
                 serving = ServingConfig.from_dict(serving).to_dict()
-            return cls(data["graph"], steps, convs, dict(provenance), version, fallback, serving)
+            shapes = data.get("shapes")
+            if shapes is not None:
+                if nested:
+                    raise PlanError(f"{where}: a fallback plan has no shape range")
+                from dispatch.range_plan import RangePlan
+                shapes = RangePlan.from_dict(shapes).to_dict()
+            return cls(data["graph"], steps, convs, dict(provenance), version, fallback, serving,
+                       shapes)
         except PlanError as exc:
             if nested and not str(exc).startswith(where):
                 raise PlanError(f"{where}: {exc}") from None
@@ -213,7 +234,11 @@ class Plan:
         return cls.from_dict(data)
 
     def describe(self) -> str:
-        """A compact text table: node, op, implementation, backend, layouts."""
+        """A compact text table: node, op, implementation, backend, layouts (a range plan:
+        its buckets)."""
+        ranged = self.range_plan()
+        if ranged is not None:
+            return ranged.describe()
         rows = [("node", "op", "implementation", "backend", "layouts in -> out")]
         for s in self.steps:
             rows.append(
@@ -269,7 +294,7 @@ _FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "cost_bytes": (int, float), "at_build": (bool,), "reason": (str,), "graph": (str,),
     "steps": (list,), "conversions": (list,), "provenance": (dict,), "version": (int,),
     "nonfinite_fallback": (dict, type(None)), "serving": (dict, type(None)),
-    "precision": (dict, type(None)),
+    "precision": (dict, type(None)), "shapes": (dict, type(None)),
 }
 #: list fields whose items must be strings
 _STRING_LISTS = {"nodes", "layouts_in", "layouts_out", "chain", "consumers"}

@@ -29,6 +29,7 @@ from dispatch.errors import (
     SymbolicShapeError,
 )
 from dispatch.executor import Executor
+from dispatch.feeds import check_declared_feeds as check_feeds_declared
 from dispatch.feeds import check_feeds, check_output_names
 from dispatch.gcpause import gc_paused
 from dispatch.graph import Graph
@@ -43,6 +44,7 @@ from dispatch.session_batch import BatchMixin
 from dispatch.session_fallback import MAX_FAULTS as MAX_FAULTS  # re-exported
 from dispatch.session_fallback import FallbackMixin
 from dispatch.session_fallback import Fault as Fault  # re-exported
+from dispatch.session_ranges import RangeMixin
 from dispatch.session_tuning import TUNE_MODES as TUNE_MODES  # re-exported
 from dispatch.session_tuning import TuningMixin
 from dispatch.shape_sessions import (
@@ -93,14 +95,16 @@ def _type_string(dtype: np.dtype) -> str:
     return f"tensor({helper.tensor_dtype_to_string(elem).split('.')[-1].lower()})"
 
 
-class Session(TuningMixin, FallbackMixin, BatchMixin):
+class Session(TuningMixin, FallbackMixin, BatchMixin, RangeMixin):
     """Load an ONNX model, plan it over the available backends, and run it.
 
     Args:
         model: a path, serialized bytes, or an ``onnx.ModelProto``.
         backends: the allowed backends in priority order (default: the configured order,
             every available backend).
-        input_shapes: static shapes for inputs whose declared shapes are symbolic.
+        input_shapes: static shapes for inputs whose declared shapes are symbolic; a
+            dimension may be a range ``"LO..HI"`` (``{"input_ids": [1, "1..512"]}``): the
+            session runs the range plan stored for that range (see below).
         plan: a :class:`Plan` (or its JSON) to run instead of a stored or heuristic plan.
         overrides: node name -> implementation name, forced in the heuristic plan.
         config: a :class:`Config`; default ``Config.load()``.
@@ -147,6 +151,12 @@ class Session(TuningMixin, FallbackMixin, BatchMixin):
     planned when they are first run. The attributes below describe the session's own shape
     (the one given, or that of the first run); :meth:`for_shapes` returns the session that
     runs another shape.
+
+    Range plans (``opdispatch tune MODEL --shape input_ids=1x1..512``,
+    :mod:`dispatch.session_ranges`): every shape inside a range stored for the model's
+    structure runs on that range plan's bucket for its size, with no plan per shape; with a
+    range in ``input_shapes``, the range plan of exactly that range (``require_plan`` raises
+    naming the ranges stored when there is none). :attr:`stored_ranges` lists them.
 
     Every plan (given, stored or tuned) is checked against the graph and the registry before
     it is built (:func:`dispatch.plan_check.validate_plan`): a given plan that fails raises
@@ -209,6 +219,8 @@ class Session(TuningMixin, FallbackMixin, BatchMixin):
         self._reference_executor: Executor | None = None
         self._fallback_lock = threading.Lock()
         self._check_tuning_arguments(plan, overrides, store, tune, require_plan, tune_budget_s)
+        self._check_range_arguments(input_shapes, plan, tune)
+        input_shapes = self._split_range(input_shapes)
         self.source, why_no_source = self._find_source(source, store)
         self._no_source = why_no_source
         if why_no_source and (tune is not None or require_plan):
@@ -343,8 +355,17 @@ class Session(TuningMixin, FallbackMixin, BatchMixin):
                 self.plan_note = f"{self._why_no_source}: running the untuned plan"
                 self._miss_reasons = [self._why_no_source]
             elif not overrides and store is not False:
-                stored = self._stored_plan(store, self.objective)
-            if stored is None:
+                self._find_ranges(self.graph)
+                if self._range_spec is None:
+                    stored = self._stored_plan(store, self.objective)
+            ranged = self._own_range(self.graph) if stored is None else None
+            if ranged is not None:
+                self._plan, self._runner, self.plan_note = ranged
+                self.plan_source = "store"
+            elif stored is None:
+                if self._range_spec is not None:
+                    self._miss_reasons = [self._range_miss()]
+                    self.plan_note = f"{self._miss_reasons[0]}: running the untuned plan"
                 if self.require_plan:
                     raise self._plan_not_found()
                 self._plan = heuristic_plan(self.graph, self.registry, self.backend_order,
@@ -446,7 +467,10 @@ class Session(TuningMixin, FallbackMixin, BatchMixin):
         assert self.graph is not None
         reasons = [" ".join(r.split()) for r in self._miss_reasons] or ["no plan matched"]
         shapes = here = ""
-        if any(d.symbolic for d in self.declared):
+        if self._range_asked is not None:
+            shapes = f" over the shape range {self._range_asked.axes_text()}"
+            here = " --shape " + " --shape ".join(self._range_asked.text().split())
+        elif any(d.symbolic for d in self.declared):
             mine = tuple((v.name, tuple(v.shape or ())) for v in self.graph.inputs)
             shapes = f" at input shapes {format_shapes(mine)}"
             here = (" --shape " + " --shape ".join(
@@ -550,6 +574,12 @@ class Session(TuningMixin, FallbackMixin, BatchMixin):
         keeps the untuned plan, says why in :attr:`plan_note` and warns (RuntimeWarning).
         """
         shapes = feed_shapes_of(self.declared, feeds)
+        if shapes is not None and self._ranges and shapes != graph_shapes(self.graph):
+            ranged = self._range_runner(shapes)
+            if ranged is not None:
+                graph = self._planned_graph()
+                return ranged.run(shapes, check_feeds_declared(self.declared, feeds),
+                                  check_output_names(graph, output_names))
         target = self if shapes is None else self._shape_sessions.get(shapes)
         if target is not self:
             return target.run(output_names, feeds, run_options)

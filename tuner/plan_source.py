@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -114,6 +114,45 @@ class StorePlanSource:
                 f"(tuned {found.stored.created_at})" + (f"; {found.note}" if found.note else ""))
         return StoredPlanLookup(plan, key, note)
 
+    def lookup_ranges(
+        self, store: Any, store_path: str, graph: Graph, registry: Registry,
+        backends: Sequence[str], objective: Objective | str,
+    ) -> RangeLookup:
+        """The range plans stored for ``graph``'s model structure (its family) on this machine
+        with this software and ``objective``, newest first, and the ranges stored under other
+        keys with what differs; never raises (a broken store gives none, with the reason)."""
+        from tuner.fingerprint import hardware_fingerprint, software_fingerprint
+        from tuner.shapes.tune_range import RANGE_PREFIX
+
+        found = RangeLookup()
+        if not graph.family or (not isinstance(store, PlanStore) and _absent(store_path)):
+            return found
+        opened: PlanStore | None = None
+        try:
+            plans = store if isinstance(store, PlanStore) else None
+            if plans is None:
+                plans = opened = PlanStore(store_path, readonly=True)
+            here = PlanKey(model=graph.family, inputs="", hardware=hardware_fingerprint(),
+                           software=software_fingerprint(registry, backends),
+                           objective=str(objective), family=graph.family)
+            for stored in plans.plans_for_family(graph.family):
+                k = stored.key
+                if not k.inputs.startswith(RANGE_PREFIX):
+                    continue
+                text = k.inputs[len(RANGE_PREFIX):]
+                differs = k.explain_difference(replace(here, inputs=k.inputs))
+                if differs:
+                    found.elsewhere.append(f"{text} ({'; '.join(differs)})")
+                    continue
+                found.plans.append((stored.id, stored.plan()))
+                found.ranges.append(text)
+        except Exception as exc:  # a broken store must never stop the model from running
+            found.error = f"{type(exc).__name__}: {exc}"
+        finally:
+            if opened is not None:
+                opened.close()
+        return found
+
     def tune(
         self, model: ModelLike, *, store: Any, store_path: str, graph: Graph,
         registry: Registry, config: Config, input_shapes: Mapping[str, Sequence[int]] | None,
@@ -193,6 +232,17 @@ def _tune_settings(
                    concurrency=target.concurrency, max_latency_ms=target.p99_ms)
 
 
+@dataclass
+class RangeLookup:
+    """What :meth:`StorePlanSource.lookup_ranges` found: usable range plans (id, plan) and
+    their ranges, ranges stored under other keys (with what differs), or the store's error."""
+
+    plans: list[tuple[int, Any]] = field(default_factory=list)
+    ranges: list[str] = field(default_factory=list)
+    elsewhere: list[str] = field(default_factory=list)
+    error: str = ""
+
+
 def stored_shapes(plans: PlanStore, key: PlanKey) -> list[str]:
     """The input shapes (``input_ids[1,128], attention_mask[1,128]``) that plans of
     ``key``'s model family are stored for on this machine with this software and objective,
@@ -211,6 +261,10 @@ def stored_shapes(plans: PlanStore, key: PlanKey) -> list[str]:
 def signature_shapes(inputs_sig: str) -> str:
     """An input signature (``x:float32[1,3,224,224];y:int64[2]``) as shapes only
     (``x[1,3,224,224], y[2]``)."""
+    from tuner.shapes.tune_range import RANGE_PREFIX
+
+    if inputs_sig.startswith(RANGE_PREFIX):
+        return inputs_sig
     parts = []
     for item in inputs_sig.split(";"):
         name, _, rest = item.partition(":")

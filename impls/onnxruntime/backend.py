@@ -43,6 +43,12 @@ class OnnxRuntimeBackend(Backend):
 
         SETTINGS["intra_op_threads"] = int(config.threads or 0)
 
+    def model_ways(self) -> list:
+        """The whole model in one library session, dynamic dimensions (range plans)."""
+        from impls.onnxruntime.whole_model import ways
+
+        return ways()
+
     def register(self, registry: Registry) -> None:
         from impls.onnxruntime import quantized  # noqa: F401  (registers the int8 variants)
         from impls.onnxruntime.region import impls

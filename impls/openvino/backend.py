@@ -43,6 +43,12 @@ class OpenVinoBackend(Backend):
         SETTINGS["threads"] = int(config.threads or 0)
         SETTINGS["compiled_cache"] = config.compiled_cache
 
+    def model_ways(self) -> list:
+        """The whole model in one library session, dynamic dimensions (range plans)."""
+        from impls.openvino.whole_model import ways
+
+        return ways()
+
     def register(self, registry: Registry) -> None:
         from impls.openvino import reduced  # noqa: F401  (registers the reduced-precision variants)
         from impls.openvino.region import impls

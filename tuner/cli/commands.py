@@ -239,6 +239,11 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from dispatch.input_shapes import format_shapes
     from tuner.tune import TuneOptions, tune
 
+    from tuner.cli.range_tune import cmd_tune_range, range_shapes
+
+    spec = range_shapes(args.shape or [])
+    if spec is not None:
+        return cmd_tune_range(args, spec)
     shape_sets = parse_shape_sets(args.shape or [])
     input_sets = parse_input_sets(args.inputs or [])
     if input_sets and (args.shape or []):
@@ -397,7 +402,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "half is never stored. Without --data, float32 only")
     t.add_argument("--data", default=None, metavar="FILE.npz",
                    help="with --accuracy: your samples, an .npz of arrays named like the model's "
-                        "inputs (first axis = samples) or a folder of them")
+                        "inputs (first axis = samples) or a folder of them; with a shape range "
+                        "(--shape NAME=1x1..512): requests of mixed shapes, sampled")
     t.add_argument("--memory-cap", type=positive_int, default=None, metavar="BYTES",
                    help="with --objective latency: the fastest plan whose peak memory fits")
     t.add_argument("--top-k", type=positive_int, default=None, help="plans validated end to end (default 3)")
@@ -413,7 +419,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="input shape to tune; repeat it, list values (NAME=1,4x128) or give a "
                         "range (NAME=1x16:128:16) to tune several shapes in one run, each in an "
                         "equal share of the budget; inputs sharing symbolic dimensions with "
-                        "the ones given are sized from them")
+                        "the ones given are sized from them. A dimension LO..HI "
+                        "(NAME=1x1..512) tunes one range plan for every shape in it, cut into "
+                        "measured buckets (with --data REQUESTS: their shapes are sampled)")
     t.add_argument("--allow-nonstrict-nan", action="store_true",
                    help="let the plan differ from the reference on NaN/Inf inputs (e.g. oneDNN's "
                         "Relu(NaN) = 0), with no guard; by default the plan puts NaN and Inf "

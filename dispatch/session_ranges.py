@@ -1,0 +1,156 @@
+"""The range plans a Session runs (issue 51): every shape inside a stored range, no plan per shape.
+
+When a Session of a model with symbolic inputs loads its graph, it asks its plan source for the
+range plans stored for the model's structure on this machine (:mod:`dispatch.range_plan`),
+and builds their ways once. A request whose shapes lie inside one of those ranges runs on the
+range plan's bucket for its size: found by a bisection, no import, no planning, nothing kept per
+shape. The session's own shape runs on it too when no concrete plan is stored for exactly that
+shape. Shapes outside every range take the per-shape path (:mod:`dispatch.shape_sessions`):
+their stored plan, else the untuned one; ``require_plan`` raises naming the stored ranges.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from dispatch.errors import ArgumentError, PlanError
+from dispatch.input_shapes import ShapeSet, format_shapes
+from dispatch.model_ways import model_file
+from dispatch.range_plan import RangeRunner
+from dispatch.shape_range import ShapeRange, has_range, parse_dim
+
+if TYPE_CHECKING:
+    from dispatch.executor import Executor
+    from dispatch.graph import Graph
+    from dispatch.plan import Plan
+
+
+class RangeAdapter:
+    """A range plan's runner seen as a :class:`~dispatch.plan_runner.PlanRunner` (what a
+    Session's own shape runs on when a range plan covers it)."""
+
+    def __init__(self, runner: RangeRunner, order: Sequence[str]) -> None:
+        self.range_runner = runner
+        self._order = list(order)
+
+    @property
+    def executor(self) -> Executor:
+        raise PlanError("this session's shapes run on a range plan (whole-model library "
+                        "sessions, see Session.describe()): it has no executor of its own")
+
+    def run(self, feeds: Mapping[str, np.ndarray], output_names: Sequence[str] | None = None,
+            *, timings: list[float] | None = None, on_fault: Callable | None = None,
+            ) -> list[np.ndarray]:
+        shapes = tuple((n, tuple(np.shape(feeds[n]))) for n in self._order)
+        return self.range_runner.run(shapes, feeds, output_names)
+
+
+def low_end(spec: Mapping[str, Sequence[Any]]) -> dict[str, list[int]]:
+    """The smallest concrete shapes of a range spec (each ``LO..HI`` at ``LO``)."""
+    return {n: [parse_dim(d, f"shape range of input {n!r}")[0] for d in dims]
+            for n, dims in spec.items()}
+
+
+class RangeMixin:
+    """The range plans of a :class:`~dispatch.session.Session` (see the module docstring)."""
+
+    _ranges: list[tuple[int, RangeRunner]]
+    _range_asked: ShapeRange | None
+    _range_elsewhere: list[str]
+
+    def _split_range(self, input_shapes: Mapping[str, Sequence[Any]] | None
+                     ) -> Mapping[str, Sequence[Any]] | None:
+        """``input_shapes`` with a range (``"1..512"``) kept aside in :attr:`_range_spec`
+        and replaced by the range's smallest shapes, which the session loads its graph at."""
+        self._ranges = []
+        self._range_asked = None
+        self._range_elsewhere = []
+        self._range_spec = dict(input_shapes) if has_range(input_shapes) else None
+        if self._range_spec is None:
+            return input_shapes
+        return low_end(self._range_spec)
+
+    def _find_ranges(self, graph: Graph) -> None:
+        """Find the range plans stored for ``graph``'s model structure."""
+        self._ranges = []
+        if self._range_spec is not None and self._range_asked is None:
+            self._range_asked = ShapeRange.bind(graph.declared, self._range_spec)
+        lookup = getattr(self.source, "lookup_ranges", None)
+        if (lookup is None or self._store is False or self._given_plan is not None
+                or self._overrides or self.store_path is None):
+            return
+        found = lookup(self._store, self.store_path, graph, self.registry,
+                       self._allowed_backends(), self.objective)
+        self._range_elsewhere = list(found.elsewhere) + ([found.error] if found.error else [])
+        path = None
+        for plan_id, plan in found.plans:
+            ranged = plan.range_plan()
+            if self._range_asked is not None and ranged.range.text() != self._range_asked.text():
+                self._range_elsewhere.insert(0, ranged.range.text())
+                continue
+            path = path or model_file(self._model)
+            runner = RangeRunner(ranged, path, self.registry, self._allowed_backends(),
+                                 [v.name for v in graph.outputs])
+            self._ranges.append((plan_id, runner))
+
+    def _range_runner(self, shapes: ShapeSet) -> RangeRunner | None:
+        for _, runner in self._ranges:
+            if runner.covers(shapes):
+                return runner
+        return None
+
+    def _own_range(self, graph: Graph) -> tuple[Plan, RangeAdapter, str] | None:
+        """The range plan that runs the session's own shapes, as (plan, runner, note); the
+        ways of every range plan found are built then (a session outside every range, as
+        the per-shape sessions of shapes no range covers, builds none)."""
+        from dispatch.plan import Plan
+
+        shapes = tuple((v.name, tuple(int(d) for d in (v.shape or ()))) for v in graph.inputs)
+        for plan_id, runner in self._ranges:
+            if runner.covers(shapes):
+                for _, each in self._ranges:
+                    each.build()
+                ranged = runner.plan
+                plan = Plan(graph.name, [], [], {"label": "range plan"}, shapes=ranged.to_dict())
+                note = (f"range plan {plan_id} for {ranged.range.text()} from the store "
+                        f"{self.store_path}: {len(ranged.buckets)} bucket(s) on "
+                        f"{', '.join(ranged.ways_used())}; every shape in the range runs on it")
+                return plan, RangeAdapter(runner, [v.name for v in graph.inputs]), note
+        return None
+
+    def _range_miss(self) -> str:
+        """Why no range plan serves the asked range (for require_plan's error)."""
+        asked = self._range_asked.text() if self._range_asked is not None else "?"
+        stored = [r.plan.range.text() for _, r in self._ranges]
+        parts = [f"no range plan is stored for {asked} on this machine with this software"]
+        if stored or self._range_elsewhere:
+            parts.append("ranges stored: " + " | ".join(stored + self._range_elsewhere))
+        return "; ".join(parts)
+
+    @property
+    def stored_ranges(self) -> list[str]:
+        """The ranges of the range plans this session runs (``input_ids=1x1..512 ...``)."""
+        return [r.plan.range.text() for _, r in self._ranges]
+
+    def _check_range_arguments(self, input_shapes: Mapping[str, Sequence[Any]] | None,
+                               plan: Any, tune: str | None) -> None:
+        if has_range(input_shapes) and plan is not None:
+            raise ArgumentError("plan= runs one concrete plan; a shape range in input_shapes "
+                                "runs the range plan stored for it: give one or the other")
+        if has_range(input_shapes) and tune is not None:
+            raise ArgumentError(
+                f"tune={tune!r} tunes concrete shapes; a shape range is tuned once, ahead of "
+                f"time (opdispatch tune MODEL --shape input_ids=1x1..512, or "
+                f"tuner.shapes.tune_range.tune_range)")
+
+    def describe_shapes(self, shapes: ShapeSet) -> str:
+        """Which way runs concrete ``shapes`` (for reports)."""
+        runner = self._range_runner(shapes)
+        if runner is None:
+            return f"{format_shapes(shapes)}: outside every range plan"
+        bucket = runner.plan.bucket_for(shapes)
+        assert bucket is not None
+        return f"{format_shapes(shapes)}: bucket {bucket.lo}..{bucket.hi} on {bucket.way}"

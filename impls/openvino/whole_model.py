@@ -1,0 +1,41 @@
+"""OpenVINO's whole-model ways (:mod:`dispatch.model_ways`): the model file compiled once for
+the CPU with its symbolic dimensions dynamic (OpenVINO prepares kernels per shape on first
+sight and caches them), in float32 (``INFERENCE_PRECISION_HINT f32``: a float32 plan never
+computes in bf16 behind the user's back), under the latency hint, one infer request."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from dispatch.model_ways import ModelWay, WayRunner
+from impls.openvino.settings import SETTINGS
+
+
+def _build_latency(model_path: str) -> WayRunner:
+    from impls.openvino.region import core
+
+    config = {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": "f32"}
+    if SETTINGS["threads"]:
+        config["INFERENCE_NUM_THREADS"] = int(SETTINGS["threads"])
+    compiled = core().compile_model(model_path, "CPU", config)
+    request = compiled.create_infer_request()
+    outputs = list(compiled.outputs)
+    lock = threading.Lock()  # one infer request: concurrent callers take turns
+
+    def run(feeds: Mapping[str, np.ndarray]) -> Sequence[np.ndarray]:
+        with lock:
+            result = request.infer(dict(feeds))
+            return [np.array(result[o], copy=True) for o in outputs]
+
+    return run
+
+
+def ways() -> list[ModelWay]:
+    """The ways this backend offers."""
+    return [ModelWay("openvino-latency", "openvino",
+                     "OpenVINO CPU, PERFORMANCE_HINT LATENCY, float32, dynamic dimensions, one "
+                     "infer request", _build_latency,
+                     {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": "f32"})]

@@ -1,0 +1,76 @@
+"""``opdispatch tune MODEL --shape input_ids=1x1..512``: a shape range tuned in measured
+buckets (:mod:`tuner.shapes.tune_range`); ``--data REQUESTS`` gives requests of mixed shapes
+(as ``opdispatch run --data`` replays them) whose shapes are sampled."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from tuner.cli.args import EXIT_USER_ERROR, UsageError
+
+
+def range_shapes(texts: Sequence[str]) -> dict[str, list[Any]] | None:
+    """The ``--shape`` options as a range spec (input -> dimensions, ``"LO..HI"`` kept as
+    text), or ``None`` when none of them gives a range ``LO..HI``."""
+    if not any(".." in t for t in texts):
+        return None
+    spec: dict[str, list[Any]] = {}
+    for text in texts:
+        name, sep, dims = text.rpartition("=")
+        if not sep or not name or not dims:
+            raise UsageError(f"--shape expects NAME=DIMxDIMx..., a dimension a size or a range "
+                             f"LO..HI (e.g. input_ids=1x1..512); received {text!r}")
+        if name in spec:
+            raise UsageError(f"--shape gives input {name!r} twice; a range plan takes one range "
+                             f"per input (LO..HI)")
+        spec[name] = [d if ".." in d else _size(d, text) for d in dims.lower().split("x")]
+    return spec
+
+
+def _size(text: str, arg: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise UsageError(f"--shape {arg!r}: with a range, a dimension is a size like 128 or a "
+                         f"range LO..HI like 1..512 (no lists or steps); received {text!r}") from None
+
+
+def cmd_tune_range(args: argparse.Namespace, spec: dict[str, list[Any]]) -> int:
+    """Tune the range ``spec`` and print the buckets."""
+    from dispatch.backend import load_registry
+    from dispatch.config import Config
+    from dispatch.errors import ArgumentError
+    from tuner.replay import ReplayError, read_requests
+    from tuner.shapes.tune_range import _declared, tune_range
+
+    if args.accuracy is not None or args.inputs or args.memory_cap:
+        raise UsageError("a shape range is tuned for latency in float32 from whole-model "
+                         "library sessions; --accuracy, --inputs and --memory-cap go with "
+                         "concrete shapes (NAME=1x128)")
+    config = Config.load({"store_path": args.store})
+    budget = args.budget if args.budget is not None else config.tune_budget_s
+    registry = load_registry(config.plugin_path or None, order=config.backend_order)
+    backends = [b.strip() for b in args.backends.split(",")] if args.backends else None
+    requests = []
+    if args.data is not None:
+        try:
+            requests = read_requests(args.data, _declared(args.model))
+        except (ReplayError, ArgumentError) as exc:
+            raise UsageError(str(exc)) from None
+    print(f"tuning {args.model} over a shape range (budget {budget:.0f} s, objective "
+          f"{args.objective}, store {config.store_path})", flush=True)
+    try:
+        result = tune_range(args.model, spec, budget_s=budget, objective=args.objective,
+                            backends=backends, requests=requests, config=config,
+                            registry=registry, log=lambda msg: print(msg, flush=True))
+    except ArgumentError as exc:
+        raise UsageError(str(exc)) from None
+    print(result.summary())
+    if result.plan_id is None:
+        print(f"opdispatch tune: error: the range plan could not be stored: {result.store_error}",
+              file=sys.stderr)
+        return EXIT_USER_ERROR
+    return 0

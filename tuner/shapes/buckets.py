@@ -1,0 +1,86 @@
+"""Cutting a shape range into buckets where the measured winner changes.
+
+Each sample shape has a median latency per way and the latency of the way's first run at that
+shape (what a shape new to the process costs: OpenVINO prepares its kernels for a shape on
+first sight). A way's *score* at a sample is its median plus its first-run excess spread over
+the requests each shape is expected to see (``repeats``: the user's requests per distinct
+shape when given, else :data:`DEFAULT_REPEATS`), so that a way that is fast once warm but
+slow on every new shape does not win a range whose shapes are seldom repeated. Consecutive
+samples (by size) with the same winner form one bucket; a bucket boundary lies halfway between
+the last sample of one winner and the first of the next.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from dispatch.range_plan import Bucket
+
+#: requests per distinct shape assumed when the user gave no requests
+DEFAULT_REPEATS = 4.0
+
+
+@dataclass
+class Sample:
+    """The figures of every way at one sample shape."""
+
+    point: tuple[int, ...]
+    size: int
+    ms: dict[str, float] = field(default_factory=dict)
+    first_ms: dict[str, float] = field(default_factory=dict)
+    #: ways that failed or disagreed with the reference here, with the reason
+    rejected: dict[str, str] = field(default_factory=dict)
+
+    def score(self, way: str, repeats: float) -> float:
+        excess = max(0.0, self.first_ms.get(way, self.ms[way]) - self.ms[way])
+        return self.ms[way] + excess / max(repeats, 1.0)
+
+    def ranking(self, repeats: float) -> list[tuple[str, float]]:
+        """The ways measured here, best score first."""
+        return sorted(((w, self.score(w, repeats)) for w in self.ms if w not in self.rejected),
+                      key=lambda item: item[1])
+
+    def to_dict(self) -> dict:
+        return {"point": list(self.point), "size": self.size,
+                "ms": {k: round(v, 4) for k, v in self.ms.items()},
+                "first_ms": {k: round(v, 4) for k, v in self.first_ms.items()},
+                **({"rejected": dict(self.rejected)} if self.rejected else {})}
+
+
+def cut(samples: Sequence[Sample], lo: int, hi: int, repeats: float,
+        usable: Mapping[str, bool] | None = None) -> list[Bucket]:
+    """Buckets tiling sizes ``lo..hi`` from ``samples`` (see the module docstring). A way
+    rejected at any sample is not used anywhere (``usable`` may rule ways out too). Raises
+    ValueError when no way is usable at every sample."""
+    samples = sorted(samples, key=lambda s: s.size)
+    banned = {w for s in samples for w in s.rejected} | {w for w, ok in (usable or {}).items()
+                                                         if not ok}
+    ways = [w for w in samples[0].ms if w not in banned and all(w in s.ms for s in samples)]
+    if not ways:
+        why = "; ".join(f"{w}: {r}" for s in samples for w, r in s.rejected.items())
+        raise ValueError(f"no way ran every sample shape correctly ({why or 'none measured'})")
+    winners = []
+    for s in samples:
+        ranked = sorted(((w, s.score(w, repeats)) for w in ways), key=lambda item: item[1])
+        winners.append(ranked)
+    buckets: list[Bucket] = []
+    start = 0
+    for k in range(1, len(samples) + 1):
+        if k < len(samples) and winners[k][0][0] == winners[start][0][0]:
+            continue
+        group = samples[start:k]
+        way = winners[start][0][0]
+        b_lo = lo if not buckets else buckets[-1].hi + 1
+        b_hi = hi if k == len(samples) else max(b_lo, (group[-1].size + samples[k].size) // 2)
+        margins = [r[1][1] / r[0][1] for r in winners[start:k] if len(r) > 1 and r[0][1] > 0]
+        why = (f"best score at {len(group)} sample(s) (sizes "
+               f"{', '.join(str(s.size) for s in group)})")
+        if margins:
+            runner_up = winners[start][1][0]
+            why += (f"; next {runner_up}, {math.exp(sum(map(math.log, margins)) / len(margins)):.2f}x"
+                    f" its score (geometric mean)")
+        buckets.append(Bucket(b_lo, b_hi, way, why, [s.to_dict() for s in group]))
+        start = k
+    return buckets

@@ -1,0 +1,85 @@
+"""Measuring whole-model ways at the sample shapes of a range.
+
+At each sample shape every way runs the same inputs once (the *first run* at that shape, timed:
+what a shape new to the process costs) and its outputs are checked against the reference way's
+(onnxruntime's when it is one of the ways: the library users compare against); a way whose
+outputs differ, or which raises, is rejected at that shape with the reason. Then the ways are
+timed in rounds, one block of each per round (untimed runs first, so that the previous way's
+leftover threads have died down, then timed runs back to back, as production runs one way),
+until the sample's share of the budget is spent; each way's figure is its median.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Mapping, Sequence
+
+import numpy as np
+
+from dispatch.model_ways import WayRunner
+from tuner.shapes.buckets import Sample
+
+Feeds = dict[str, np.ndarray]
+#: untimed runs before each way's timed block, timed runs per block, rounds at least / at most
+WARM_RUNS, BLOCK_RUNS, MIN_ROUNDS, MAX_ROUNDS = 1, 3, 2, 12
+#: how far a way's outputs may be from the reference's: |a - b| <= ATOL + RTOL * |b|
+RTOL, ATOL = 1e-3, 1e-4
+
+
+def disagreement(got: Sequence[np.ndarray], want: Sequence[np.ndarray],
+                 names: Sequence[str]) -> str | None:
+    """Why outputs ``got`` differ from ``want`` (shape, dtype or values), else ``None``."""
+    for name, a, b in zip(names, got, want):
+        a, b = np.asarray(a), np.asarray(b)
+        if a.shape != b.shape:
+            return f"output {name!r} has shape {list(a.shape)}, the reference {list(b.shape)}"
+        if a.dtype.kind in "fc" or b.dtype.kind in "fc":
+            scale = float(np.max(np.abs(b))) if b.size else 0.0
+            err = np.abs(a.astype(np.float64) - b.astype(np.float64))
+            bad = err > ATOL * max(1.0, scale) + RTOL * np.abs(b)
+            if np.any(bad | (np.isnan(a) != np.isnan(b))):
+                return (f"output {name!r} differs from the reference by up to "
+                        f"{float(np.nanmax(err)) if err.size else 0.0:.3g} (scale {scale:.3g})")
+        elif not np.array_equal(a, b):
+            return f"output {name!r} differs from the reference"
+    return None
+
+
+def measure_sample(point: tuple[int, ...], size: int, feeds: Feeds,
+                   runners: Mapping[str, WayRunner], reference: str, names: Sequence[str],
+                   seconds: float, clock: Callable[[], float] = time.perf_counter) -> Sample:
+    """Every way of ``runners`` at one sample shape within about ``seconds``; ``reference``
+    names the way whose outputs the others must match."""
+    sample = Sample(point, size)
+    outputs: dict[str, Sequence[np.ndarray]] = {}
+    for way, run in runners.items():
+        t0 = clock()
+        try:
+            outputs[way] = run(feeds)
+        except Exception as exc:  # a way that cannot run a shape is rejected there, not fatal
+            sample.rejected[way] = f"{type(exc).__name__}: {exc}"
+            continue
+        sample.first_ms[way] = (clock() - t0) * 1e3
+    want = outputs.get(reference)
+    for way, got in outputs.items():
+        why = None if want is None or way == reference else disagreement(got, want, names)
+        if why:
+            sample.rejected[way] = f"wrong outputs: {why}"
+    live = [w for w in outputs if w not in sample.rejected]
+    times: dict[str, list[float]] = {w: [] for w in live}
+    end = clock() + seconds
+    for rnd in range(MAX_ROUNDS):
+        if rnd >= MIN_ROUNDS and clock() > end:
+            break
+        for way in live:
+            run = runners[way]
+            for _ in range(WARM_RUNS):
+                run(feeds)
+            for _ in range(BLOCK_RUNS):
+                t0 = clock()
+                run(feeds)
+                times[way].append((clock() - t0) * 1e3)
+    for way, ts in times.items():
+        sample.ms[way] = statistics.median(ts)
+    return sample

@@ -1,0 +1,222 @@
+"""``opdispatch tune MODEL --shape input_ids=1x1..512``: one tuning for a whole shape range.
+
+The whole-model ways the backends offer (:mod:`dispatch.model_ways`: onnxruntime with every
+core or one thread, OpenVINO under its latency hint, each compiled once with the model's
+dimensions dynamic) are built once, then measured at sample shapes across the range — both
+ends, points on a geometric scale between them, and shapes of the user's requests when given
+(:func:`tuner.shapes.measure.measure_sample`: each way's outputs checked against onnxruntime's
+at every sample) — with the budget spread over the samples. The range is cut where the winner
+changes (:func:`tuner.shapes.buckets.cut`), and the :class:`~dispatch.range_plan.RangePlan`
+is stored as a plan whose key names the model's structure (its family: the same for every
+shape) and the range (``range input_ids=1x1..512 attention_mask=1x1..512``), so that a
+Session finds it for any shape inside.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from dispatch.config import Config
+from dispatch.errors import ArgumentError
+from dispatch.graph import Value
+from dispatch.input_shapes import format_shapes, shape_set
+from dispatch.model_ways import model_file, model_ways
+from dispatch.objective import Objective
+from dispatch.plan import Plan
+from dispatch.plan_policy import plan_backends
+from dispatch.range_plan import RangePlan
+from dispatch.registry import Registry
+from dispatch.shape_range import ShapeRange
+from tuner.fingerprint import PlanKey, hardware_fingerprint, software_fingerprint
+from tuner.index_bounds import index_bounds
+from tuner.measure import random_input
+from tuner.shapes.buckets import DEFAULT_REPEATS, Sample, cut
+from tuner.shapes.measure import measure_sample
+from tuner.store import PlanStore
+from tuner.store.guarded import GuardedStore
+from tuner.tune_types import TuningError
+
+Feeds = dict[str, np.ndarray]
+#: sample shapes spread over the range, and the most taken from the user's requests
+SPREAD_SAMPLES, DATA_SAMPLES = 6, 6
+#: the way whose outputs the others must match when it is measured
+REFERENCE_WAY = "onnxruntime"
+#: the prefix of a range plan's input signature in its key
+RANGE_PREFIX = "range "
+
+
+@dataclass
+class RangeTuneResult:
+    """What tuning a range produced."""
+
+    plan: Plan
+    range_plan: RangePlan
+    key: PlanKey
+    plan_id: int | None
+    samples: list[Sample]
+    stats: dict[str, Any] = field(default_factory=dict)
+    store_error: str | None = None
+
+    def summary(self) -> str:
+        stored = (f"stored (id {self.plan_id})" if self.plan_id is not None
+                  else f"NOT stored ({self.store_error})")
+        s = self.stats
+        return (f"range plan {self.key.digest()[:16]} {stored}; objective {self.key.objective}\n"
+                f"measured {len(self.ways_measured())} way(s) at {len(self.samples)} sample "
+                f"shape(s) in {s.get('tuning_s', 0):.1f} s (building the ways "
+                f"{s.get('build_s', 0):.1f} s)\n" + self.range_plan.describe())
+
+    def ways_measured(self) -> list[str]:
+        return list(self.range_plan.ways)
+
+
+def range_key(family: str, shape_range: ShapeRange, registry: Registry, backends: Sequence[str],
+              objective: str) -> PlanKey:
+    """The key a range plan is stored under: the model's structure (shapes open), the range."""
+    return PlanKey(model=family, inputs=RANGE_PREFIX + shape_range.text(),
+                   hardware=hardware_fingerprint(), software=software_fingerprint(registry, backends),
+                   objective=objective, family=family)
+
+
+def tune_range(
+    model: Any,
+    shapes: Mapping[str, Sequence[Any]],
+    *,
+    store: PlanStore | str | os.PathLike | None = None,
+    budget_s: float = 180.0,
+    objective: str | Objective = "latency",
+    backends: Sequence[str] | None = None,
+    requests: Sequence[Feeds] = (),
+    config: Config | None = None,
+    registry: Registry | None = None,
+    log: Callable[[str], None] | None = None,
+) -> RangeTuneResult:
+    """Tune ``model`` over the range ``shapes`` (input name -> dimensions, a dimension a size
+    or ``"LO..HI"``) within ``budget_s`` and store the range plan (see the module docstring).
+    ``requests``: the user's requests (feeds of mixed shapes): their shapes are sampled and
+    their repeats weigh a way's cost on shapes new to the process."""
+    from dispatch.backend import load_registry
+    from dispatch.graph_cache import load_graph
+
+    t_start = time.monotonic()
+    say = log or (lambda _msg: None)
+    objective = Objective.parse(objective).resolved()
+    if objective.name != "latency" or not objective.float32:
+        raise TuningError(
+            f"a shape range is tuned for the latency objective in float32 only, received "
+            f"objective {objective}; tune the shapes of other objectives one by one (--shape "
+            f"NAME=1x128)")
+    config = config or Config.load()
+    registry = registry or load_registry(config.plugin_path or None, order=config.backend_order)
+    backends = plan_backends(registry, config.backend_order, list(backends) if backends else None)
+    for status in registry.backends.values():
+        configure = getattr(status.backend, "configure", None)
+        if status.available and configure is not None:
+            configure(config)
+    ways = {n: w for n, w in model_ways(registry, backends).items() if w.precision == "float32"}
+    if not ways:
+        raise TuningError(
+            "no available backend runs a whole model with dynamic dimensions (onnxruntime, "
+            "openvino), which is what a shape range needs; install one: pip install "
+            "'opdispatch[onnxruntime]'")
+    path = model_file(model)
+    declared = _declared(path)
+    shape_range = ShapeRange.bind(declared, shapes)
+    small = shape_range.at(shape_range.ends()[0])
+    graph = load_graph(path, small, registry, backends, config.graph_cache).graph
+    names = [v.name for v in graph.outputs]
+    bounds = index_bounds(graph.nodes)
+    dtypes = {d.name: d.dtype for d in declared}
+    by_point: dict[tuple[int, ...], Feeds] = {}
+    for feeds in requests:
+        got = shape_set({k: np.shape(v) for k, v in feeds.items()}, [d.name for d in declared])
+        if shape_range.contains(got):
+            by_point.setdefault(shape_range.point(got), feeds)
+    data_points = _spread(sorted(by_point, key=lambda p: (int(np.prod(p)), p)), DATA_SAMPLES)
+    points = shape_range.sample_points(SPREAD_SAMPLES, data_points)
+    say(f"tuning the range {shape_range.text()} ({shape_range.axes_text()}): {len(ways)} "
+        f"way(s) ({', '.join(ways)}) at {len(points)} sample shape(s), budget {budget_s:.0f} s")
+    t_build = time.monotonic()
+    runners = {}
+    for name, way in ways.items():
+        try:
+            runners[name] = way.build(path)
+        except Exception as exc:  # a library that cannot compile the model is left out
+            say(f"  {name}: not built ({type(exc).__name__}: {str(exc)[:200]})")
+    if not runners:
+        raise TuningError(f"no whole-model way could build {path}")
+    build_s = time.monotonic() - t_build
+    reference = REFERENCE_WAY if REFERENCE_WAY in runners else next(iter(runners))
+    rng = np.random.default_rng(0)
+    samples: list[Sample] = []
+    for k, point in enumerate(points):
+        left = budget_s - (time.monotonic() - t_start)
+        share = max(0.05, 0.9 * left / (len(points) - k))
+        concrete = shape_range.at(point)
+        feeds = by_point.get(point) or {
+            n: random_input(Value(n, tuple(s), dtypes[n]), rng, bounds.get(n))
+            for n, s in concrete.items()}
+        sample = measure_sample(point, int(np.prod(point)) if point else 1, feeds, runners,
+                                reference, names, share)
+        samples.append(sample)
+        say(f"  {format_shapes(concrete)}: " + ", ".join(
+            f"{w} {ms:.2f} ms (first {sample.first_ms.get(w, ms):.2f})"
+            for w, ms in sorted(sample.ms.items(), key=lambda i: i[1]))
+            + "".join(f"; {w} rejected: {why}" for w, why in sample.rejected.items()))
+    repeats = (len(requests) / max(1, len(by_point))) if by_point else DEFAULT_REPEATS
+    small_size, large_size = (int(np.prod(p)) if p else 1 for p in shape_range.ends())
+    try:
+        buckets = cut(samples, small_size, large_size, repeats)
+    except ValueError as exc:
+        raise TuningError(f"the range {shape_range.text()} cannot be planned: {exc}") from None
+    range_plan = RangePlan(shape_range, buckets,
+                           {n: ways[n].description for n in runners},
+                           {"score": "median + (first run - median) / repeats",
+                            "repeats": round(repeats, 2),
+                            "repeats_from": "the requests given" if by_point else "the default",
+                            "reference": reference, "budget_s": budget_s,
+                            "samples_from_requests": len(data_points)})
+    plan = Plan(graph.name, [], [], provenance={
+        "tuned_at": time.strftime("%Y-%m-%dT%H:%M:%S"), "range": shape_range.text(),
+        "label": "range plan"}, shapes=range_plan.to_dict())
+    key = range_key(graph.family, shape_range, registry, backends, str(objective))
+    opened = not isinstance(store, PlanStore)
+    plans = PlanStore(store or config.store_path) if opened else store
+    guarded = GuardedStore(plans)
+    stats = {"build_s": round(build_s, 3), "samples": len(samples)}
+    try:
+        run_id = guarded.start_run(model_fp=key.model, budget_s=budget_s, objective=key.objective)
+        plan_id = guarded.put_plan(key, plan.to_json(), latency_ms=None, run_id=run_id,
+                                   notes={"range": shape_range.text()})
+        stats["tuning_s"] = round(time.monotonic() - t_start, 3)
+        guarded.finish_run(run_id, "finished", stats)
+    finally:
+        if opened:
+            plans.close()
+    return RangeTuneResult(plan, range_plan, key, plan_id, samples, stats, guarded.error)
+
+
+def _declared(path: str) -> list:
+    import onnx
+
+    from dispatch.input_shapes import declared_inputs
+
+    try:
+        proto = onnx.load(path, load_external_data=False)
+    except Exception as exc:
+        raise ArgumentError(f"cannot read the model {path}: {exc}") from None
+    return declared_inputs(proto)
+
+
+def _spread(items: Sequence[Any], count: int) -> list[Any]:
+    """At most ``count`` of ``items``, evenly spaced, the ends kept."""
+    if len(items) <= count:
+        return list(items)
+    step = (len(items) - 1) / (count - 1)
+    return [items[round(k * step)] for k in range(count)]
