@@ -237,9 +237,8 @@ def _warn_broken_plugins(registry) -> None:
 def cmd_tune(args: argparse.Namespace) -> int:
     from dispatch.config import Config
     from dispatch.input_shapes import format_shapes
-    from tuner.tune import TuneOptions, tune
-
     from tuner.cli.range_tune import cmd_tune_range, range_shapes
+    from tuner.tune import TuneOptions, tune
 
     spec = range_shapes(args.shape or [])
     if spec is not None:
