@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import bisect
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -42,6 +43,10 @@ class Bucket:
         why: why that way: its measured margin over the next one.
         samples: the sample shapes measured in it: ``{"point": [...], "size": n, "ms": {way:
             median ms}, "first_ms": {way: ms of the first run at that shape}}``.
+        warm: run the way once at every shape of the bucket when the plan is loaded (the
+            tuner sets it where the way's first run at a new shape costs more than a run at a
+            seen one, and the bucket's shapes are few enough to warm within a bound): a
+            served process then meets no shape for the first time.
     """
 
     lo: int
@@ -49,6 +54,7 @@ class Bucket:
     way: str
     why: str = ""
     samples: list[dict[str, Any]] = field(default_factory=list)
+    warm: bool = False
 
 
 @dataclass
@@ -87,7 +93,7 @@ class RangePlan:
     def to_dict(self) -> dict[str, Any]:
         return {"range": self.range.to_dict(),
                 "buckets": [{"lo": b.lo, "hi": b.hi, "way": b.way, "why": b.why,
-                             "samples": b.samples} for b in self.buckets],
+                             "samples": b.samples, "warm": b.warm} for b in self.buckets],
                 "ways": dict(self.ways), "notes": dict(self.notes)}
 
     @classmethod
@@ -98,7 +104,8 @@ class RangePlan:
         try:
             shape_range = ShapeRange.from_dict(data["range"])
             buckets = [Bucket(int(b["lo"]), int(b["hi"]), str(b["way"]), str(b.get("why", "")),
-                              list(b.get("samples", []))) for b in data["buckets"]]
+                              list(b.get("samples", [])), bool(b.get("warm", False)))
+                       for b in data["buckets"]]
             return cls(shape_range, buckets, dict(data.get("ways", {})),
                        dict(data.get("notes", {})))
         except ArgumentError as exc:
@@ -111,7 +118,8 @@ class RangePlan:
         lines = [f"range {self.range.text()} ({self.range.axes_text() or 'no ranged axis'}): "
                  f"{len(self.buckets)} bucket(s)"]
         for b in self.buckets:
-            lines.append(f"  size {b.lo}..{b.hi}: {b.way}" + (f" ({b.why})" if b.why else ""))
+            lines.append(f"  size {b.lo}..{b.hi}: {b.way}" + (f" ({b.why})" if b.why else "")
+                         + ("; warmed at every shape when loaded" if b.warm else ""))
         return "\n".join(lines)
 
 
@@ -127,18 +135,37 @@ class RangeRunner:
     """
 
     def __init__(self, plan: RangePlan, model_path: str, registry: Registry,
-                 backends: Sequence[str], output_names: Sequence[str]) -> None:
+                 backends: Sequence[str], output_names: Sequence[str],
+                 dtypes: Mapping[str, Any] | None = None) -> None:
         self.plan = plan
         self.model_path = model_path
         self.output_names = list(output_names)
+        self.dtypes = {k: np.dtype(v) for k, v in (dtypes or {}).items()}
+        #: seconds spent warming buckets (:attr:`Bucket.warm`) by :meth:`build`
+        self.warm_s = 0.0
+        self.warmed = 0
         self._ways = {name: model_way(registry, backends, name) for name in plan.ways_used()}
         self._built: dict[str, WayRunner] = {}
         self._lock = threading.Lock()
 
     def build(self) -> None:
-        """Build every bucket's way now (what readiness waits for)."""
+        """Build every bucket's way now, and run each warm bucket's way once at every shape
+        of the bucket (what readiness waits for)."""
         for name in self._ways:
             self._runner(name)
+        if self.warm_s or not self.dtypes:
+            return
+        t0 = time.perf_counter()
+        for bucket in self.plan.buckets:
+            if not bucket.warm or len(self.plan.range.axes) != 1:
+                continue
+            run = self._runner(bucket.way)
+            for size in range(bucket.lo, bucket.hi + 1):
+                shapes = self.plan.range.at((size,))
+                run({n: np.ones(s, self.dtypes[n]) if self.dtypes[n].kind in "iub"
+                     else np.zeros(s, self.dtypes[n]) for n, s in shapes.items()})
+                self.warmed += 1
+        self.warm_s = time.perf_counter() - t0 or 1e-9
 
     def _runner(self, name: str) -> WayRunner:
         found = self._built.get(name)

@@ -93,7 +93,8 @@ class RangeMixin:
                 continue
             path = path or model_file(self._model)
             runner = RangeRunner(ranged, path, self.registry, self._allowed_backends(),
-                                 [v.name for v in graph.outputs])
+                                 [v.name for v in graph.outputs],
+                                 {d.name: d.dtype for d in graph.declared})
             self._ranges.append((plan_id, runner))
 
     def _range_runner(self, shapes: ShapeSet) -> RangeRunner | None:
@@ -117,7 +118,9 @@ class RangeMixin:
                 plan = Plan(graph.name, [], [], {"label": "range plan"}, shapes=ranged.to_dict())
                 note = (f"range plan {plan_id} for {ranged.range.text()} from the store "
                         f"{self.store_path}: {len(ranged.buckets)} bucket(s) on "
-                        f"{', '.join(ranged.ways_used())}; every shape in the range runs on it")
+                        f"{', '.join(ranged.ways_used())}; every shape in the range runs on it"
+                        + (f"; {runner.warmed} shape(s) warmed when loaded in "
+                           f"{runner.warm_s:.2f} s" if runner.warmed else ""))
                 return plan, RangeAdapter(runner, [v.name for v in graph.inputs]), note
         return None
 

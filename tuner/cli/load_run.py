@@ -177,9 +177,13 @@ def run_replay(args: argparse.Namespace, session: Callable[[], Any]) -> int:
         else:
             sess = session()
             requests = read_requests(args.data, sess.declared)
+            if sess.graph is None:  # symbolic inputs: loaded for the first request's shapes,
+                # before the clock starts, as a library's session is built before it
+                sess.for_shapes({k: v.shape for k, v in requests[0].items()})
             run = sess.run
             call = lambda feeds: run(None, feeds)  # noqa: E731
-            what = f"plan ({sess.plan_source}, objective {sess.objective}): {sess.plan_note}"
+            what = (f"plan ({sess.plan_source}, objective {sess.objective}, loaded in "
+                    f"{sess.load_seconds:.2f} s): {sess.plan_note}")
     except ArgumentError as exc:
         raise UsageError(str(exc)) from None
     except OpDispatchError as exc:

@@ -84,3 +84,42 @@ def cut(samples: Sequence[Sample], lo: int, hi: int, repeats: float,
         buckets.append(Bucket(b_lo, b_hi, way, why, [s.to_dict() for s in group]))
         start = k
     return buckets
+
+
+#: the most seconds a range plan may spend warming its buckets when it is loaded
+WARM_LIMIT_S = 5.0
+
+
+def _first_ms(samples: Sequence[Sample], way: str) -> float:
+    """The mean time of ``way``'s first run at a new shape over ``samples``."""
+    got = [s.first_ms.get(way, s.ms.get(way, 0.0)) for s in samples if way in s.ms]
+    return sum(got) / len(got) if got else 0.0
+
+
+def warm_cost_s(bucket: Bucket, samples: Sequence[Sample]) -> float:
+    """Seconds to run ``bucket``'s way once at each of its sizes (one ranged axis)."""
+    inside = [s for s in samples if bucket.lo <= s.size <= bucket.hi] or list(samples)
+    return (bucket.hi - bucket.lo + 1) * _first_ms(inside, bucket.way) / 1e3
+
+
+def plan_buckets(samples: Sequence[Sample], lo: int, hi: int, repeats: float,
+                 one_axis: bool, limit_s: float = WARM_LIMIT_S) -> list[Bucket]:
+    """The buckets of a range. With one ranged axis and every bucket of the medians' cut
+    warmable within ``limit_s`` (each way run once at every size when the plan loads), that
+    cut, every bucket warm: no request then meets a shape for the first time, and medians
+    alone decide. Otherwise the cut that charges first runs (:func:`cut` with ``repeats``),
+    warming the cheapest buckets that fit in ``limit_s``."""
+    if one_axis:
+        warm = cut(samples, lo, hi, math.inf)
+        if sum(warm_cost_s(b, samples) for b in warm) <= limit_s:
+            for b in warm:
+                b.warm = True
+            return warm
+    buckets = cut(samples, lo, hi, repeats)
+    if one_axis:
+        spent = 0.0
+        for b in sorted(buckets, key=lambda b: warm_cost_s(b, samples)):
+            cost = warm_cost_s(b, samples)
+            if spent + cost <= limit_s:
+                b.warm, spent = True, spent + cost
+    return buckets

@@ -22,7 +22,7 @@ from tuner.shapes.buckets import Sample
 
 Feeds = dict[str, np.ndarray]
 #: untimed runs before each way's timed block, timed runs per block, rounds at least / at most
-WARM_RUNS, BLOCK_RUNS, MIN_ROUNDS, MAX_ROUNDS = 1, 3, 2, 12
+WARM_RUNS, BLOCK_RUNS, MIN_ROUNDS, MAX_ROUNDS = 1, 3, 2, 40
 #: how far a way's outputs may be from the reference's: |a - b| <= ATOL + RTOL * |b|
 RTOL, ATOL = 1e-3, 1e-4
 

@@ -36,7 +36,7 @@ from dispatch.shape_range import ShapeRange
 from tuner.fingerprint import PlanKey, hardware_fingerprint, software_fingerprint
 from tuner.index_bounds import index_bounds
 from tuner.measure import random_input
-from tuner.shapes.buckets import DEFAULT_REPEATS, Sample, cut
+from tuner.shapes.buckets import DEFAULT_REPEATS, WARM_LIMIT_S, Sample, plan_buckets
 from tuner.shapes.measure import measure_sample
 from tuner.store import PlanStore
 from tuner.store.guarded import GuardedStore
@@ -172,12 +172,15 @@ def tune_range(
     repeats = (len(requests) / max(1, len(by_point))) if by_point else DEFAULT_REPEATS
     small_size, large_size = (int(np.prod(p)) if p else 1 for p in shape_range.ends())
     try:
-        buckets = cut(samples, small_size, large_size, repeats)
+        buckets = plan_buckets(samples, small_size, large_size, repeats,
+                               len(shape_range.axes) == 1)
     except ValueError as exc:
         raise TuningError(f"the range {shape_range.text()} cannot be planned: {exc}") from None
     range_plan = RangePlan(shape_range, buckets,
                            {n: ways[n].description for n in runners},
-                           {"score": "median + (first run - median) / repeats",
+                           {"score": "median, every bucket warmed at load" if all(
+                               b.warm for b in buckets) else "median + (first run - median) / repeats",
+                            "warm_limit_s": WARM_LIMIT_S,
                             "repeats": round(repeats, 2),
                             "repeats_from": "the requests given" if by_point else "the default",
                             "reference": reference, "budget_s": budget_s,
