@@ -403,6 +403,11 @@ def software_digest(sw: Mapping[str, Any]) -> str:
 # ------------------------------------------------------------------------------------------
 
 
+#: the prefix of a range plan's input signature (``range input_ids=1x1..512 ...``:
+#: :mod:`tuner.shapes.tune_range`)
+RANGE_PREFIX = "range "
+
+
 @dataclass(frozen=True)
 class PlanKey:
     """Everything a stored plan is valid for: a plan is used only on an exact match."""
@@ -426,6 +431,9 @@ class PlanKey:
         except ArgumentError:
             canonical = str(self.objective)
         object.__setattr__(self, "objective", canonical)
+        if not self.family and self.inputs.startswith(RANGE_PREFIX):
+            # a range plan's model is its family (a bundle's keys carry no family)
+            object.__setattr__(self, "family", self.model)
 
     def digest(self) -> str:
         """sha256 hex of the whole key (the store's unique ``key_digest``)."""

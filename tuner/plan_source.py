@@ -121,8 +121,7 @@ class StorePlanSource:
         """The range plans stored for ``graph``'s model structure (its family) on this machine
         with this software and ``objective``, newest first, and the ranges stored under other
         keys with what differs; never raises (a broken store gives none, with the reason)."""
-        from tuner.fingerprint import hardware_fingerprint, software_fingerprint
-        from tuner.shapes.tune_range import RANGE_PREFIX
+        from tuner.fingerprint import RANGE_PREFIX, hardware_fingerprint, software_fingerprint
 
         found = RangeLookup()
         if not graph.family or (not isinstance(store, PlanStore) and _absent(store_path)):
@@ -261,7 +260,7 @@ def stored_shapes(plans: PlanStore, key: PlanKey) -> list[str]:
 def signature_shapes(inputs_sig: str) -> str:
     """An input signature (``x:float32[1,3,224,224];y:int64[2]``) as shapes only
     (``x[1,3,224,224], y[2]``)."""
-    from tuner.shapes.tune_range import RANGE_PREFIX
+    from tuner.fingerprint import RANGE_PREFIX
 
     if inputs_sig.startswith(RANGE_PREFIX):
         return inputs_sig

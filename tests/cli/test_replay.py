@@ -108,3 +108,33 @@ def test_the_command_line_refuses_bad_replays_without_a_traceback(tmp_path, caps
                      *extra]) == 2
         err = capsys.readouterr().err
         assert says in err and "Traceback" not in err
+
+
+def test_a_range_is_tuned_from_the_requests_and_replayed_on_its_plan(tmp_path, capsys):
+    model = _model(tmp_path / "m.onnx")
+    data = _requests(tmp_path / "requests")
+    store = str(tmp_path / "plans.sqlite")
+    assert main(["tune", str(model), "--shape", "x=1..2x1..32x4", "--budget", "3", "--store",
+                 store, "--data", str(data), "--backends", "onnxruntime,numpy"]) == 0
+    out = capsys.readouterr().out
+    assert "range plan" in out and "(batch 1..2, seq 1..32)" in out and "stored (id" in out
+    assert "x[1,9,4]" in out  # a request's shape is one of the samples
+    report = tmp_path / "replay.json"
+    assert main(["run", str(model), "--data", str(data), "--json", str(report), "--store",
+                 store, "--backends", "onnxruntime,numpy"]) == 0
+    got = json.loads(report.read_text())
+    assert "range plan" in got["what"] and got["load_s"] > 0
+    assert [p["errors"] for p in got["passes"]] == [0, 0]
+
+
+@pytest.mark.parametrize("shape, says", [
+    ("x=1x5..2x4", "LO..HI"),
+    ("x=1x1..8x4,5", "no lists or steps"),
+    ("y=1x1..8", "not inputs of the model"),
+])
+def test_a_bad_range_is_a_usage_error(tmp_path, capsys, shape, says):
+    model = _model(tmp_path / "m.onnx")
+    code = main(["tune", str(model), "--shape", shape, "--budget", "1", "--store",
+                 str(tmp_path / "p.sqlite")])
+    err = capsys.readouterr().err
+    assert code == 2 and says in err and "Traceback" not in err

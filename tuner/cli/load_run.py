@@ -193,6 +193,7 @@ def run_replay(args: argparse.Namespace, session: Callable[[], Any]) -> int:
         print(sess.describe(), file=human)
     print(f"{what}\n" + "\n".join(p.describe() for p in passes), file=human)
     _write_json(args, {"model": args.model, "what": what, "data": str(args.data),
+                       "load_s": None if sess is None else round(sess.load_seconds, 4),
                        "passes": pass_dicts(passes)})
     failed = [p for p in passes if p.errors]
     if failed:

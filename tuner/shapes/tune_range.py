@@ -33,7 +33,7 @@ from dispatch.plan_policy import plan_backends
 from dispatch.range_plan import RangePlan
 from dispatch.registry import Registry
 from dispatch.shape_range import ShapeRange
-from tuner.fingerprint import PlanKey, hardware_fingerprint, software_fingerprint
+from tuner.fingerprint import RANGE_PREFIX, PlanKey, hardware_fingerprint, software_fingerprint
 from tuner.index_bounds import index_bounds
 from tuner.measure import random_input
 from tuner.shapes.buckets import DEFAULT_REPEATS, WARM_LIMIT_S, Sample, plan_buckets
@@ -47,8 +47,6 @@ Feeds = dict[str, np.ndarray]
 SPREAD_SAMPLES, DATA_SAMPLES = 6, 6
 #: the way whose outputs the others must match when it is measured
 REFERENCE_WAY = "onnxruntime"
-#: the prefix of a range plan's input signature in its key
-RANGE_PREFIX = "range "
 
 
 @dataclass

@@ -1,0 +1,157 @@
+"""Range plans end to end (issue 51) on a small real ONNX model with a symbolic sequence axis:
+tuned with onnxruntime's whole-model ways, stored, carried by bundles, run by a Session at
+every shape of the range without a plan per shape; shapes outside fall back or raise."""
+
+from __future__ import annotations
+
+import tracemalloc
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from dispatch import Session
+from dispatch.errors import PlanNotFoundError
+from tuner.shapes.tune_range import tune_range
+from tuner.store import PlanStore
+
+ort = pytest.importorskip("onnxruntime")
+BACKENDS = ["onnxruntime", "numpy"]
+
+
+def _model(path) -> str:
+    """x: float32 [1, seq, 8], mask: int64 [1, seq] -> y = relu(x @ W) * mask (a real model
+    with a symbolic axis shared by two inputs)."""
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((8, 8)).astype(np.float32), "W")
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["h"]),
+             helper.make_node("Relu", ["h"], ["r"]),
+             helper.make_node("Cast", ["mask"], ["m"], to=TensorProto.FLOAT),
+             helper.make_node("Unsqueeze", ["m", "axes"], ["m3"]),
+             helper.make_node("Mul", ["r", "m3"], ["y"])]
+    axes = numpy_helper.from_array(np.array([-1], np.int64), "axes")
+    graph = helper.make_graph(
+        nodes, "ranged",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "seq", 8]),
+         helper.make_tensor_value_info("mask", TensorProto.INT64, [1, "seq"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, "seq", 8])], [w, axes])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    out = str(path / "ranged.onnx")
+    onnx.save(model, out)
+    return out
+
+
+def _feeds(n: int, seed: int = 1) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed + n)
+    return {"x": rng.standard_normal((1, n, 8)).astype(np.float32),
+            "mask": rng.integers(0, 2, (1, n)).astype(np.int64)}
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("ranged")
+    model = _model(folder)
+    store = str(folder / "plans.sqlite")
+    requests = [_feeds(n) for n in (3, 3, 17, 40)]
+    result = tune_range(model, {"x": [1, "1..64", 8]}, store=store, budget_s=3,
+                        backends=BACKENDS, requests=requests)
+    return model, store, result
+
+
+def test_the_range_is_measured_at_its_ends_and_the_requests_shapes(tuned):
+    _, _, result = tuned
+    assert result.plan_id is not None
+    sizes = [s.size for s in result.samples]
+    assert sizes[0] == 1 and sizes[-1] == 64 and {3, 17, 40} <= set(sizes)
+    assert result.key.inputs == "range x=1x1..64x8 mask=1x1..64"
+    ranged = result.plan.range_plan()
+    assert ranged.buckets[0].lo == 1 and ranged.buckets[-1].hi == 64
+    assert set(ranged.ways_used()) <= {"onnxruntime", "onnxruntime-1thread"}
+    assert ranged.notes["repeats_from"] == "the requests given"
+    assert "range x=1x1..64x8" in result.summary()
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 17, 33, 40, 64])
+def test_every_length_in_the_range_matches_onnxruntime(tuned, n):
+    model, store, _ = tuned
+    sess = Session(model, store=store, backends=BACKENDS)
+    feeds = _feeds(n, seed=7)
+    (got,) = sess.run(None, feeds)
+    (want,) = ort.InferenceSession(model).run(None, feeds)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert sess.plan_source == "store" and "range plan" in sess.plan_note
+    assert sess.planned_shapes()[1:] == []  # no plan per shape
+
+
+def test_a_session_given_the_range_runs_its_plan(tuned):
+    model, store, _ = tuned
+    sess = Session(model, store=store, backends=BACKENDS, require_plan=True,
+                   input_shapes={"x": [1, "1..64", 8]})
+    assert sess.plan_source == "store"
+    assert sess.stored_ranges == ["x=1x1..64x8 mask=1x1..64"]
+    assert "size 1.." in sess.describe()
+    assert sess.run(["y"], _feeds(50))[0].shape == (1, 50, 8)
+
+
+def test_outside_every_range_the_untuned_plan_runs(tuned):
+    model, store, _ = tuned
+    sess = Session(model, store=store, backends=BACKENDS)
+    sess.run(None, _feeds(10))
+    (got,) = sess.run(None, _feeds(80))
+    (want,) = ort.InferenceSession(model).run(None, _feeds(80))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    other = sess.for_shapes({"x": [1, 80, 8]})
+    assert other.plan_source == "heuristic"
+
+
+def test_require_plan_names_the_stored_ranges(tuned):
+    model, store, _ = tuned
+    with pytest.raises(PlanNotFoundError) as err:
+        Session(model, store=store, backends=BACKENDS, require_plan=True,
+                input_shapes={"x": [1, "1..100", 8]})
+    text = str(err.value)
+    assert "no range plan is stored for x=1x1..100x8 mask=1x1..100" in text
+    assert "ranges stored: x=1x1..64x8 mask=1x1..64" in text
+    assert "--shape x=1x1..100x8" in text
+    sess = Session(model, store=store, backends=BACKENDS, require_plan=True,
+                   input_shapes={"x": [1, 10, 8]})  # a shape inside: the range plan runs it
+    assert sess.plan_source == "store"
+    with pytest.raises(PlanNotFoundError, match="no plan is stored for these input shapes"):
+        Session(model, store=store, backends=BACKENDS, require_plan=True,
+                input_shapes={"x": [1, 80, 8]})
+
+
+def test_range_plans_round_trip_a_bundle(tuned, tmp_path):
+    model, store, result = tuned
+    with PlanStore(store) as src:
+        bundle = src.export_plans([result.plan_id])
+    other = str(tmp_path / "other.sqlite")
+    with PlanStore(other) as dst:
+        (new_id,) = dst.import_plans(bundle)
+        stored = dst.plan_by_id(new_id)
+        assert stored.key.family == result.key.family
+        assert stored.plan().range_plan().to_dict() == result.range_plan.to_dict()
+    sess = Session(model, store=other, backends=BACKENDS, require_plan=True,
+                   input_shapes={"x": [1, "1..64", 8]})
+    assert sess.plan_source == "store"
+
+
+def test_a_thousand_distinct_lengths_keep_memory_bounded(tmp_path):
+    model = _model(tmp_path)
+    store = str(tmp_path / "plans.sqlite")
+    tune_range(model, {"x": [1, "1..1000", 8]}, store=store, budget_s=2, backends=BACKENDS)
+    sess = Session(model, store=store, backends=BACKENDS)
+    sess.run(None, _feeds(1))
+    tracemalloc.start()
+    for n in range(2, 200):
+        sess.run(None, _feeds(n))
+    base, _ = tracemalloc.get_traced_memory()
+    for n in range(200, 1001):
+        sess.run(None, _feeds(n))
+    grown, _ = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert sess.planned_shapes()[1:] == []
+    # Python-side growth over 800 new lengths stays small (nothing kept per shape)
+    assert grown - base < 2 * 1024 * 1024, (base, grown)
