@@ -29,7 +29,6 @@ from dispatch.errors import (
     SymbolicShapeError,
 )
 from dispatch.executor import Executor
-from dispatch.feeds import check_declared_feeds as check_feeds_declared
 from dispatch.feeds import check_feeds, check_output_names
 from dispatch.gcpause import gc_paused
 from dispatch.graph import Graph
@@ -152,11 +151,8 @@ class Session(TuningMixin, FallbackMixin, BatchMixin, RangeMixin):
     (the one given, or that of the first run); :meth:`for_shapes` returns the session that
     runs another shape.
 
-    Range plans (``opdispatch tune MODEL --shape input_ids=1x1..512``,
-    :mod:`dispatch.session_ranges`): every shape inside a range stored for the model's
-    structure runs on that range plan's bucket for its size, with no plan per shape; with a
-    range in ``input_shapes``, the range plan of exactly that range (``require_plan`` raises
-    naming the ranges stored when there is none). :attr:`stored_ranges` lists them.
+    Shapes inside a range plan's range run on it, with no plan per shape
+    (:mod:`dispatch.session_ranges`).
 
     Every plan (given, stored or tuned) is checked against the graph and the registry before
     it is built (:func:`dispatch.plan_check.validate_plan`): a given plan that fails raises
@@ -575,11 +571,9 @@ class Session(TuningMixin, FallbackMixin, BatchMixin, RangeMixin):
         """
         shapes = feed_shapes_of(self.declared, feeds)
         if shapes is not None and self._ranges and shapes != graph_shapes(self.graph):
-            ranged = self._range_runner(shapes)
+            ranged = self._run_in_range(shapes, feeds, output_names)
             if ranged is not None:
-                graph = self._planned_graph()
-                return ranged.run(shapes, check_feeds_declared(self.declared, feeds),
-                                  check_output_names(graph, output_names))
+                return ranged
         target = self if shapes is None else self._shape_sessions.get(shapes)
         if target is not self:
             return target.run(output_names, feeds, run_options)

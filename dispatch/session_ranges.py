@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dispatch.errors import ArgumentError, PlanError
+from dispatch.feeds import check_declared_feeds, check_output_names
 from dispatch.input_shapes import ShapeSet, format_shapes
 from dispatch.model_ways import model_file
 from dispatch.range_plan import RangeRunner
@@ -55,7 +56,12 @@ def low_end(spec: Mapping[str, Sequence[Any]]) -> dict[str, list[int]]:
 
 
 class RangeMixin:
-    """The range plans of a :class:`~dispatch.session.Session` (see the module docstring)."""
+    """The range plans of a :class:`~dispatch.session.Session` (see the module docstring).
+
+    ``Session(model, input_shapes={"input_ids": [1, "1..512"]})`` runs the range plan stored
+    for exactly that range (``require_plan`` raises naming the ranges stored when there is
+    none); without a range, any stored range plan of the model's structure serves the shapes
+    inside it. :attr:`stored_ranges` lists the ranges the session runs."""
 
     _ranges: list[tuple[int, RangeRunner]]
     _range_asked: ShapeRange | None
@@ -96,6 +102,16 @@ class RangeMixin:
                                  [v.name for v in graph.outputs],
                                  {d.name: d.dtype for d in graph.declared})
             self._ranges.append((plan_id, runner))
+
+    def _run_in_range(self, shapes: ShapeSet, feeds: Mapping[str, Any],
+                      output_names: Sequence[str] | None) -> list[np.ndarray] | None:
+        """Run ``feeds`` of concrete ``shapes`` on the range plan covering them, else
+        ``None``."""
+        ranged = self._range_runner(shapes)
+        if ranged is None:
+            return None
+        return ranged.run(shapes, check_declared_feeds(self.declared, feeds),
+                          check_output_names(self._planned_graph(), output_names))
 
     def _range_runner(self, shapes: ShapeSet) -> RangeRunner | None:
         for _, runner in self._ranges:
