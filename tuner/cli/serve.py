@@ -19,7 +19,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from tuner.serve.runner import ModelRunner
     from tuner.serve.server import serve
 
-    shapes = dict(parse_shape(text) for text in args.shape or [])
+    shapes = serve_shapes(args.shape or [])
     base = settings_from({"objective": args.objective, "allow_untuned": args.allow_untuned or None,
                           "shapes": shapes or None, "max_batch_size": args.max_batch_size,
                           "max_queue_delay_ms": args.max_queue_delay_ms,
@@ -54,12 +54,25 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def serve_shapes(texts: Any) -> dict[str, list[Any]]:
+    """The ``--shape`` options: concrete shapes (``NAME=1x128``), or a shape range
+    (``NAME=1x1..512``: every shape inside it is served on its range plan)."""
+    from tuner.cli.range_tune import range_shapes
+
+    ranged = range_shapes(texts)
+    if ranged is not None:
+        return ranged
+    return dict(parse_shape(text) for text in texts)
+
+
 def _print_loaded(runners: Any) -> None:
     for r in runners:
         if r.ready:
             info = r.plan_info
-            print(f"  {r.name}: ready ({info.get('plan_source')} plan {info.get('plan_id') or ''}, "
-                  f"{info.get('concurrency', 1)} request(s) at once, batch sizes "
+            served = (f", every shape in {info['shape_range']} ({info.get('range_axes')})"
+                      if info.get("shape_range") else "")
+            print(f"  {r.name}: ready ({info.get('plan_source')} plan {info.get('plan_id') or ''}"
+                  f"{served}, {info.get('concurrency', 1)} request(s) at once, batch sizes "
                   f"{info.get('batch_sizes', [1])})", file=sys.stderr, flush=True)
         else:
             print(f"  {r.name}: NOT READY: {r.reason}", file=sys.stderr, flush=True)
@@ -135,7 +148,10 @@ def add_parser(sub: Any) -> None:
                    help="serve a model without a stored plan for this machine on its untuned "
                         "plan (the metadata says so) instead of reporting it not ready")
     q.add_argument("--shape", action="append", metavar="NAME=1x128",
-                   help="input shape served at batch 1, for models with symbolic dimensions")
+                   help="input shape served at batch 1, for models with symbolic dimensions; a "
+                        "dimension may be a range LO..HI (NAME=1x1..512): every shape inside it "
+                        "is served on the range plan tuned for it (opdispatch tune MODEL --shape "
+                        "NAME=1x1..512)")
     q.add_argument("--max-batch-size", type=int, default=None,
                    help="dynamic batching: group up to this many batch-1 requests (default: the batch "
                         "size the plan was tuned with, else 1: off)")

@@ -26,6 +26,7 @@ from typing import Any
 
 from dispatch.errors import ArgumentError
 from dispatch.objective import AccuracyTarget, Objective, parse_accuracy
+from dispatch.shape_range import parse_dim
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -50,7 +51,11 @@ class ServeSettings:
             say so in the model's metadata); by default such a model is not ready.
         shapes: the input shapes served at batch 1, for a model whose inputs have symbolic
             dimensions (``{"input_ids": [1, 128], ...}``); a model with static inputs needs
-            none. Its plan must be stored for them (unless ``allow_untuned``).
+            none. Its plan must be stored for them (unless ``allow_untuned``). A dimension may
+            be a range ``"LO..HI"`` (``{"input_ids": [1, "1..512"]}``): every shape inside
+            the range is served, on the range plan stored for exactly that range
+            (``opdispatch tune MODEL --shape input_ids=1x1..512``); once checked, a range is
+            the text ``"LO..HI"`` and every other dimension an integer.
         max_batch_size: dynamic batching: requests of batch 1 with the same shapes are
             grouped up to this many into one run (only sizes with a stored plan are formed;
             ``1``: no batching; ``None``: the batch size the plan was tuned with, its
@@ -70,7 +75,7 @@ class ServeSettings:
 
     objective: str = "latency"
     allow_untuned: bool = False
-    shapes: Mapping[str, Sequence[int]] = field(default_factory=dict)
+    shapes: Mapping[str, Sequence[int | str]] = field(default_factory=dict)
     max_batch_size: int | None = None
     max_queue_delay_ms: float = 2.0
     max_queue: int = 64
@@ -112,15 +117,33 @@ class ServeSettings:
         if not isinstance(self.shapes, Mapping):
             raise ArgumentError(f"{where}: shapes must be a table of input name = [dims], "
                                 f"received {self.shapes!r}")
-        shapes: dict[str, tuple[int, ...]] = {}
+        shapes: dict[str, tuple[int | str, ...]] = {}
         for name, dims in self.shapes.items():
-            if (not isinstance(dims, list | tuple) or not dims
-                    or any(isinstance(d, bool) or not isinstance(d, int) or d < 1 for d in dims)):
-                raise ArgumentError(f"{where}: shapes.{name} must be a list of positive "
-                                    f"integers, received {dims!r}")
-            shapes[str(name)] = tuple(dims)
+            shapes[str(name)] = _checked_dims(dims, f"{where}: shapes.{name}")
         return replace(self, objective=str(objective), shapes=shapes, max_queue_delay_ms=float(delay),
                        accuracy=None, data=None)
+
+
+def _checked_dims(dims: Any, where: str) -> tuple[int | str, ...]:
+    """One input's served dimensions, each a positive integer or a range ``"LO..HI"``
+    (:func:`dispatch.shape_range.parse_dim` checks it); :class:`ArgumentError` naming
+    ``where`` with what was received and what is expected."""
+    expected = (f"{where} must be a list of positive integers or ranges \"LO..HI\" (like "
+                f"[1, 128] or [1, \"1..512\"]), received {dims!r}")
+    if not isinstance(dims, list | tuple) or not dims:
+        raise ArgumentError(expected)
+    checked: list[int | str] = []
+    for dim in dims:
+        if isinstance(dim, str):
+            lo, hi = parse_dim(dim, where)
+            if ".." in dim:
+                checked.append(f"{lo}..{hi}")
+                continue
+            dim = lo
+        if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
+            raise ArgumentError(expected)
+        checked.append(dim)
+    return tuple(checked)
 
 
 def _with_accuracy(objective: Objective, accuracy: str, data: str, where: str) -> Objective:

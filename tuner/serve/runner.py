@@ -14,6 +14,12 @@ outputs, and says what went wrong with the exceptions below, which the protocol 
 Readiness: a model is ready once the plan stored for this machine, for each shape it serves,
 was loaded and ran once on zeros. Without one it is not ready, and :attr:`ModelRunner.reason`
 says why (``allow_untuned`` serves the untuned plan instead, and the metadata says so).
+
+Shape ranges (issue 51): served shapes with a range (``shapes = { input_ids = [1, "1..512"] }``,
+``--shape input_ids=1x1..512``) serve every shape inside the range on the range plan stored for
+exactly that range (``opdispatch tune MODEL --shape input_ids=1x1..512``): the model is ready once
+that plan was loaded, its ways built and the model run at the range's smallest and largest
+shapes; a request outside the range is the client's mistake (400, naming the served range).
 """
 
 from __future__ import annotations
@@ -31,7 +37,9 @@ import numpy as np
 from dispatch.errors import ArgumentError, FeedError, OpDispatchError, PlanNotFoundError
 from dispatch.executor import BACKEND_SECONDS
 from dispatch.feeds import check_declared_feeds
+from dispatch.input_shapes import format_shapes
 from dispatch.session_batch import batch_dimension
+from dispatch.shape_range import ShapeRange, has_range
 from tuner.serve import metrics
 from tuner.serve.batcher import DynamicBatcher, Queued
 from tuner.serve.repository import ModelSpec
@@ -96,6 +104,8 @@ class ModelRunner:
         self._draining = False
         self._pool: ThreadPoolExecutor | None = None
         self._batcher: DynamicBatcher | None = None
+        #: the shape range served (``shapes`` with a ``LO..HI``), else ``None``
+        self.shape_range: ShapeRange | None = None
 
     # -- loading -----------------------------------------------------------------------------
     def load(self) -> bool:
@@ -111,17 +121,16 @@ class ModelRunner:
         return self.ready
 
     def _load(self) -> None:
+        settings = self.spec.settings
+        if has_range(settings.shapes):
+            self._load_range()
+            return
         from dispatch.session import Session
 
-        settings = self.spec.settings
         session = Session(str(self.spec.path), store=self.store, objective=settings.objective,
                           require_plan=not settings.allow_untuned)
         self.session = session
-        self.inputs = [TensorInfo(d.name, np.dtype(d.dtype),
-                                  None if d.dims is None else [-1 if not isinstance(x, int) else x
-                                                               for x in d.dims])
-                       for d in session.declared]
-        self.outputs = _declared_outputs(self.spec.path)
+        self._describe_io()
         base = self._served_shapes()
         self.plan_info = {"objective": settings.objective, "untuned": settings.allow_untuned,
                           "model_file": str(self.spec.path)}
@@ -130,13 +139,116 @@ class ModelRunner:
         else:
             served = self._warm(base)
             self.plan_info.update(served)
+        self._start(base)
+
+    def _describe_io(self) -> None:
+        self.inputs = [TensorInfo(d.name, np.dtype(d.dtype),
+                                  None if d.dims is None else [-1 if not isinstance(x, int) else x
+                                                               for x in d.dims])
+                       for d in self.session.declared]
+        self.outputs = _declared_outputs(self.spec.path)
+
+    def _start(self, base: Mapping[str, Sequence[int]] | None) -> None:
+        """Start the request threads (each runs ``base`` once) and the dynamic batcher."""
         self._pool = ThreadPoolExecutor(max_workers=self.workers,
                                         thread_name_prefix=f"opdispatch-{self.name}")
         if base is not None:
             self._warm_workers(base)
         if len(self.batch_sizes) > 1:
             self._batcher = DynamicBatcher(self._run_group, self.batch_sizes,
-                                           settings.max_queue_delay_ms / 1000.0)
+                                           self.spec.settings.max_queue_delay_ms / 1000.0)
+
+    # -- shape ranges --------------------------------------------------------------------------
+    def _range_session(self) -> Any:
+        """The session of the served range: its range plan loaded (``PlanNotFoundError``
+        naming the ranges stored when there is none and untuned plans are not allowed; with
+        ``tune_budget_s``, the range is tuned first)."""
+        from dispatch.session import Session
+
+        settings = self.spec.settings
+        spec = {name: list(dims) for name, dims in settings.shapes.items()}
+
+        def open_session() -> Any:
+            return Session(str(self.spec.path), store=self.store, objective=settings.objective,
+                           input_shapes=spec, require_plan=not settings.allow_untuned)
+
+        try:
+            return open_session()
+        except PlanNotFoundError:
+            if settings.tune_budget_s is None:
+                raise
+        from tuner.shapes.tune_range import tune_range
+
+        tune_range(str(self.spec.path), spec, store=self.store, budget_s=settings.tune_budget_s,
+                   objective=settings.objective)
+        return open_session()
+
+    def _load_range(self) -> None:
+        """Serve every shape inside the range of the settings' ``shapes``."""
+        settings = self.spec.settings
+        session = self._range_session()
+        self.session = session
+        self._describe_io()
+        shape_range = ShapeRange.bind(session.declared, settings.shapes)
+        small, large = (shape_range.at(point) for point in shape_range.ends())
+        for shapes in (small, large):
+            self._run_zeros(session, shapes)
+        self.shape_range = shape_range
+        plan = session.plan
+        config = plan.serving_config()
+        self.workers = max(1, config.requests) if config is not None else 1
+        ranged = plan.range_plan() if session.plan_source == "store" else None
+        key = self._range_key(shape_range) if ranged is not None else None
+        self.plan_info = {
+            "objective": settings.objective, "untuned": settings.allow_untuned,
+            "model_file": str(self.spec.path),
+            "plan_source": session.plan_source,
+            "plan_note": session.plan_note,
+            "plan_id": key.digest()[:16] if key is not None else None,
+            "hardware": _hardware_digest(key),
+            "serving": plan.serving,
+            "shapes": {k: list(v) for k, v in settings.shapes.items()},
+            "shape_range": shape_range.text(),
+            "range_axes": shape_range.axes_text(),
+            "range_ends": [small, large],
+            "concurrency": self.workers,
+        }
+        if ranged is not None:
+            self.plan_info["buckets"] = [{"lo": b.lo, "hi": b.hi, "way": b.way, "why": b.why}
+                                         for b in ranged.buckets]
+            self.plan_info["range_plan"] = ranged.describe()
+        self.batch_sizes = self._range_batch_sizes(shape_range, config)
+        self.plan_info["batch_sizes"] = self.batch_sizes
+        self._start(small)
+
+    def _range_key(self, shape_range: ShapeRange) -> Any:
+        """The store key of the range plan served (its digest is the plan id ``opdispatch
+        tune`` prints)."""
+        from tuner.shapes.tune_range import range_key
+
+        session = self.session
+        try:
+            return range_key(session.graph.family, shape_range, session.registry,
+                             session._allowed_backends(), str(session.objective))
+        except Exception:  # the id is for reports: never a reason not to serve
+            return None
+
+    def _range_batch_sizes(self, shape_range: ShapeRange, config: Any) -> list[int]:
+        """The batch sizes the dynamic batcher may form for a range: those up to the limit
+        that the range holds (its inputs' first dimension ranges over them), when the model
+        has a symbolic batch dimension and the range holds batch 1. Only requests of the
+        same shapes are grouped (:func:`tuner.serve.batcher.signature`): requests of
+        different lengths are never concatenated."""
+        limit = self.spec.settings.max_batch_size
+        if limit is None:
+            limit = (config.batch if config is not None else None) or 1
+        if limit <= 1 or batch_dimension(self.session.declared) is None:
+            return [1]
+        firsts = [dims[0] for _, dims in shape_range.inputs if dims]
+        if not firsts or not all(lo <= 1 <= hi for lo, hi in firsts):
+            return [1]
+        top = min(hi for _, hi in firsts)
+        return sorted({1, *(s for s in (*_PROBED_SIZES, limit) if s <= min(limit, top))})
 
     def _served_shapes(self) -> dict[str, tuple[int, ...]] | None:
         """The input shapes served at batch 1: the settings', else the model's static ones."""
@@ -279,6 +391,13 @@ class ModelRunner:
     def _check(self, feeds: Mapping[str, Any], output_names: Sequence[str] | None
                ) -> tuple[dict[str, np.ndarray], list[str]]:
         checked = check_declared_feeds(self.session.declared, feeds)
+        if self.shape_range is not None:
+            shapes = tuple((d.name, tuple(checked[d.name].shape)) for d in self.session.declared)
+            why = self.shape_range.why_not(shapes)
+            if why is not None:
+                raise FeedError(f"input shapes {format_shapes(shapes)} lie outside the shape range "
+                                f"served, {self.shape_range.text()} ({self.shape_range.axes_text()}): "
+                                f"{why}")
         known = [o.name for o in self.outputs]
         if not output_names:
             return checked, known
