@@ -155,3 +155,23 @@ def test_a_thousand_distinct_lengths_keep_memory_bounded(tmp_path):
     assert sess.planned_shapes()[1:] == []
     # Python-side growth over 800 new lengths stays small (nothing kept per shape)
     assert grown - base < 2 * 1024 * 1024, (base, grown)
+
+
+def test_the_report_shows_buckets_and_every_way_at_every_sample(tuned, capsys):
+    import json
+
+    from tuner.cli import main
+
+    model, store, result = tuned
+    assert main(["report", model, "--store", store]) == 0
+    out = capsys.readouterr().out
+    assert "x=1x1..64x8 mask=1x1..64 (seq 1..64)" in out and "buckets:" in out
+    assert "measured at the sample shapes" in out and "onnxruntime ms (first)" in out
+    assert main(["report", model, "--store", store, "--shape", "x=1x1..64x8", "--format",
+                 "json"]) == 0
+    (rep,) = json.loads(capsys.readouterr().out)
+    assert rep["plan_id"] == result.plan_id
+    assert [s["size"] for s in rep["samples"]] == [s.size for s in result.samples]
+    assert main(["report", model, "--store", store, "--shape", "x=1x1..99x8"]) == 2
+    err = capsys.readouterr().err
+    assert "no range plan" in err and "x=1x1..64x8 mask=1x1..64" in err

@@ -84,8 +84,62 @@ def _report(args: argparse.Namespace) -> Any:
         return rep, located
 
 
+def _range_report(args: argparse.Namespace) -> str | None:
+    """The report of the model's range plans when the arguments name some (a range in
+    ``--shape``, ``--plan`` of a range plan, or a symbolic model with range plans stored and
+    no ``--shape``), else ``None``."""
+    from tuner.cli.range_tune import range_shapes
+    from tuner.report.range_report import RANGE_FORMATS, range_report_data, render_range_report
+    from tuner.shapes.tune_range import RANGE_PREFIX, model_family, stored_range_plans
+    from tuner.store import PlanStore
+
+    spec = range_shapes(args.shape or [])
+    path = store_path(args.store)
+    if (args.shape and spec is None) or args.untuned or not Path(path).is_file():
+        return None
+    with PlanStore(path, readonly=True) as store:
+        if args.plan is not None:
+            chosen = [p for p in store.all_plans() if p.id == args.plan
+                      and p.key.inputs.startswith(RANGE_PREFIX)]
+            if not chosen:
+                return None
+        else:
+            from dispatch.errors import OpDispatchError
+            from dispatch.shape_range import ShapeRange
+            from tuner.shapes.tune_range import _declared, model_family
+
+            try:
+                family = model_family(args.model)
+            except OpDispatchError:
+                return None
+            chosen = stored_range_plans(store, family)
+            if spec is not None:
+                try:
+                    text = ShapeRange.bind(_declared(args.model), spec).text()
+                except OpDispatchError as exc:
+                    raise ReportUsageError(str(exc)) from None
+                stored = [p.key.inputs[len(RANGE_PREFIX):] for p in chosen]
+                chosen = [p for p in chosen if p.key.inputs == RANGE_PREFIX + text]
+                if not chosen:
+                    raise ReportUsageError(
+                        f"no range plan in {path} for {text}; ranges stored for this model: "
+                        + (" | ".join(stored) or "none (opdispatch tune MODEL --shape "
+                                                   "NAME=1x1..512)"))
+            if not chosen:
+                return None
+    if args.format not in RANGE_FORMATS:
+        raise ReportUsageError(f"a range plan's report comes as {', '.join(RANGE_FORMATS)}; "
+                               f"received --format {args.format}")
+    return render_range_report([range_report_data(p.id, p.key, p.plan().range_plan(),
+                                                  p.created_at) for p in chosen], args.format)
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     """The report of the model's plan in the chosen format."""
+    ranged = _range_report(args)
+    if ranged is not None:
+        _write(ranged, args.output, f"{args.format} report")
+        return 0
     rep, _ = _report(args)
     if args.format == "html" and args.output is None:
         raise ReportUsageError("--format html writes a file: give -o REPORT.html")

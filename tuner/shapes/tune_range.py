@@ -221,3 +221,21 @@ def _spread(items: Sequence[Any], count: int) -> list[Any]:
         return list(items)
     step = (len(items) - 1) / (count - 1)
     return [items[round(k * step)] for k in range(count)]
+
+
+def model_family(path: str, shapes: Mapping[str, Sequence[int]] | None = None) -> str:
+    """The family of the model at ``path`` (its structure with the input shapes left open:
+    the key of its range plans), imported at ``shapes`` (default: every symbolic dimension 1)."""
+    from dispatch.input_shapes import family_digest
+    from dispatch.onnx_import import import_model
+
+    if shapes is None:
+        shapes = {d.name: [x if isinstance(x, int) else 1 for x in d.dims or ()]
+                  for d in _declared(path)}
+    graph = import_model(path, shapes)
+    return family_digest(graph, graph.declared)
+
+
+def stored_range_plans(store: PlanStore, family: str) -> list[Any]:
+    """The range plans stored for ``family`` (StoredPlan rows, newest first), any machine."""
+    return [p for p in store.plans_for_family(family) if p.key.inputs.startswith(RANGE_PREFIX)]
