@@ -139,11 +139,14 @@ class StorePlanSource:
                 if not k.inputs.startswith(RANGE_PREFIX):
                     continue
                 text = k.inputs[len(RANGE_PREFIX):]
-                differs = k.explain_difference(replace(here, inputs=k.inputs))
+                plan = stored.plan()
+                used, missing = _way_backends(plan, registry, backends)
+                differs = missing + _only(k, used).explain_difference(
+                    _only(replace(here, inputs=k.inputs), used))
                 if differs:
                     found.elsewhere.append(f"{text} ({'; '.join(differs)})")
                     continue
-                found.plans.append((stored.id, stored.plan()))
+                found.plans.append((stored.id, plan))
                 found.ranges.append(text)
         except Exception as exc:  # a broken store must never stop the model from running
             found.error = f"{type(exc).__name__}: {exc}"
@@ -229,6 +232,29 @@ def _tune_settings(
                    objective=target.name, memory_cap_bytes=target.memory_cap,
                    backends=list(backends), allow_nonstrict_nan=target.nonstrict_nan,
                    concurrency=target.concurrency, max_latency_ms=target.p99_ms)
+
+
+def _way_backends(plan: Any, registry: Registry, backends: Sequence[str]
+                  ) -> tuple[set[str], list[str]]:
+    """The backends whose ways a range plan's buckets run on, and the ways no available
+    backend offers here."""
+    from dispatch.model_ways import model_ways
+
+    ways = model_ways(registry, backends)
+    names = plan.range_plan().ways_used()
+    return ({ways[w].backend for w in names if w in ways},
+            [f"way {w} is not offered here (no available backend of {list(backends)} has it)"
+             for w in names if w not in ways])
+
+
+def _only(key: PlanKey, backends: set[str]) -> PlanKey:
+    """``key`` with its software restricted to ``backends``: a range plan depends on the
+    versions of the libraries its ways run, not on the other backends present when it was
+    tuned (one tuned with ``backends=["onnxruntime"]`` serves a process that has more)."""
+    sw = dict(key.software)
+    for part in ("backends", "implementations"):
+        sw[part] = {b: v for b, v in (sw.get(part) or {}).items() if b in backends}
+    return replace(key, software=sw)
 
 
 @dataclass

@@ -175,3 +175,13 @@ def test_the_report_shows_buckets_and_every_way_at_every_sample(tuned, capsys):
     assert main(["report", model, "--store", store, "--shape", "x=1x1..99x8"]) == 2
     err = capsys.readouterr().err
     assert "no range plan" in err and "x=1x1..64x8 mask=1x1..64" in err
+
+
+def test_a_range_plan_needs_only_the_backends_its_ways_run(tuned):
+    model, store, _ = tuned  # tuned with onnxruntime and numpy only
+    sess = Session(model, store=store, require_plan=True,
+                   input_shapes={"x": [1, "1..64", 8]})  # every backend allowed here
+    assert sess.plan_source == "store"
+    with pytest.raises(PlanNotFoundError, match="way onnxruntime.* is not offered here"):
+        Session(model, store=store, require_plan=True, backends=["numpy"],
+                input_shapes={"x": [1, "1..64", 8]})
