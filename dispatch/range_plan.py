@@ -47,6 +47,9 @@ class Bucket:
             tuner sets it where the way's first run at a new shape costs more than a run at a
             seen one, and the bucket's shapes are few enough to warm within a bound): a
             served process then meets no shape for the first time.
+        warm_points: points (one value per axis) to run once when the plan is loaded, for a
+            range of several axes, where warming every shape is out of reach: the shapes of
+            the user's requests in the bucket.
     """
 
     lo: int
@@ -55,6 +58,7 @@ class Bucket:
     why: str = ""
     samples: list[dict[str, Any]] = field(default_factory=list)
     warm: bool = False
+    warm_points: list[list[int]] = field(default_factory=list)
 
 
 @dataclass
@@ -93,7 +97,9 @@ class RangePlan:
     def to_dict(self) -> dict[str, Any]:
         return {"range": self.range.to_dict(),
                 "buckets": [{"lo": b.lo, "hi": b.hi, "way": b.way, "why": b.why,
-                             "samples": b.samples, "warm": b.warm} for b in self.buckets],
+                             "samples": b.samples, "warm": b.warm,
+                             **({"warm_points": b.warm_points} if b.warm_points else {})}
+                            for b in self.buckets],
                 "ways": dict(self.ways), "notes": dict(self.notes)}
 
     @classmethod
@@ -104,7 +110,8 @@ class RangePlan:
         try:
             shape_range = ShapeRange.from_dict(data["range"])
             buckets = [Bucket(int(b["lo"]), int(b["hi"]), str(b["way"]), str(b.get("why", "")),
-                              list(b.get("samples", [])), bool(b.get("warm", False)))
+                              list(b.get("samples", [])), bool(b.get("warm", False)),
+                              [[int(v) for v in p] for p in b.get("warm_points", [])])
                        for b in data["buckets"]]
             return cls(shape_range, buckets, dict(data.get("ways", {})),
                        dict(data.get("notes", {})))
@@ -119,7 +126,9 @@ class RangePlan:
                  f"{len(self.buckets)} bucket(s)"]
         for b in self.buckets:
             lines.append(f"  size {b.lo}..{b.hi}: {b.way}" + (f" ({b.why})" if b.why else "")
-                         + ("; warmed at every shape when loaded" if b.warm else ""))
+                         + ("; warmed at every shape when loaded" if b.warm else "")
+                         + (f"; {len(b.warm_points)} shape(s) of the requests warmed when loaded"
+                            if b.warm_points else ""))
         return "\n".join(lines)
 
 
@@ -157,11 +166,12 @@ class RangeRunner:
             return
         t0 = time.perf_counter()
         for bucket in self.plan.buckets:
-            if not bucket.warm or len(self.plan.range.axes) != 1:
-                continue
+            points = [tuple(p) for p in bucket.warm_points]
+            if bucket.warm and len(self.plan.range.axes) == 1:
+                points += [(size,) for size in range(bucket.lo, bucket.hi + 1)]
             run = self._runner(bucket.way)
-            for size in range(bucket.lo, bucket.hi + 1):
-                shapes = self.plan.range.at((size,))
+            for point in dict.fromkeys(points):
+                shapes = self.plan.range.at(point)
                 run({n: np.ones(s, self.dtypes[n]) if self.dtypes[n].kind in "iub"
                      else np.zeros(s, self.dtypes[n]) for n, s in shapes.items()})
                 self.warmed += 1

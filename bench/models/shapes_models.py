@@ -21,6 +21,11 @@ Writes, into the folder (a file already there is kept):
   ``opdispatch run MODEL --data minilm_requests`` (:mod:`tuner.replay`).
 * ``minilm_requests_order.txt``: the passages in the order the replay sends them (file-name
   order, i.e. by length, then in their original order).
+* ``ocr_requests/``: 120 text-line crops for the PP-OCRv4 recogniser of ``tests/models/wild``
+  (``x: [1, 3, 48, W]``), widths as RapidOCR makes them (:func:`ocr_widths`, 100 to 800), one
+  ``shape_0048xWWWW.npz`` per width; ``det_requests/``: 24 images for the PP-OCRv4 detector at
+  three native sizes (:data:`DET_SIZES`). Pixels are seeded random (the shapes are what the
+  benchmark is about; the values do not change the work done).
 
 torch, transformers and tokenizers are imported inside the functions only
 (``pip install torch==2.13.0 transformers``).
@@ -158,11 +163,56 @@ def prepare(out: Path) -> None:
             f"{diff:.2g})")
 
 
+#: OCR text-line widths (PP-OCR recogniser, height 48) and detector image sizes (H, W)
+OCR_REQUESTS, OCR_WIDTHS = 120, (100, 800)
+DET_SIZES, DET_PER_SIZE = ((480, 640), (736, 992), (960, 736)), 8
+
+
+def ocr_widths(n: int = OCR_REQUESTS, seed: int = 0) -> list[int]:
+    """``n`` text-line widths as RapidOCR makes them (a crop resized to height 48 keeps its
+    aspect ratio: width = 48 x ratio): log-normal around 320 (a ratio of about 6.7, a line of
+    a dozen characters), clipped to :data:`OCR_WIDTHS`."""
+    rng = np.random.default_rng(seed)
+    widths = np.exp(rng.normal(np.log(320), 0.5, n))
+    return [int(w) for w in np.clip(np.rint(widths), *OCR_WIDTHS)]
+
+
+def _image(shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+    """A normalised image batch: pixels uniform in [0, 255], (p / 255 - 0.5) / 0.5."""
+    return ((rng.integers(0, 256, shape) / 255.0 - 0.5) / 0.5).astype(np.float32)
+
+
+def write_image_requests(folder: Path, shapes: list[tuple[int, ...]], seed: int = 0) -> None:
+    """One ``shape_HxW.npz`` per distinct image shape, array ``x`` ``(n, 1, 3, H, W)``."""
+    rng = np.random.default_rng(seed)
+    by_shape: dict[tuple[int, ...], int] = defaultdict(int)
+    for shape in shapes:
+        by_shape[shape] += 1
+    folder.mkdir(parents=True, exist_ok=True)
+    for shape, n in sorted(by_shape.items()):
+        np.savez(folder / f"shape_{shape[-2]:04d}x{shape[-1]:04d}.npz",
+                 x=np.stack([_image((1, *shape), rng) for _ in range(n)]))
+
+
+def prepare_images(out: Path) -> None:
+    """The OCR line requests (``ocr_requests/``: :func:`ocr_widths`) and the detector
+    requests (``det_requests/``: :data:`DET_SIZES`, :data:`DET_PER_SIZE` images each)."""
+    for name, shapes in (("ocr_requests", [(3, 48, w) for w in ocr_widths()]),
+                         ("det_requests", [(3, h, w) for h, w in DET_SIZES] * DET_PER_SIZE)):
+        folder = out / name
+        if folder.exists():
+            log(f"{folder}: exists, kept")
+            continue
+        write_image_requests(folder, shapes)
+        log(f"wrote {folder}: {len(shapes)} requests of {len(set(shapes))} shapes")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args(argv)
     prepare(args.out)
+    prepare_images(args.out)
     return 0
 
 

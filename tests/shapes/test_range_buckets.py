@@ -89,3 +89,27 @@ def test_a_range_plan_travels_inside_a_plan_json():
     broken["shapes"]["buckets"][0]["lo"] = "x"
     with pytest.raises(PlanError, match="shapes"):
         Plan.from_dict(broken)
+
+
+def test_with_several_axes_the_requests_shapes_are_warmed_within_the_limit():
+    samples = [Sample((1, 1), 1, {"a": 1.0}, {"a": 100.0}),
+               Sample((2, 3), 6, {"a": 2.0}, {"a": 100.0}),
+               Sample((4, 4), 16, {"a": 3.0}, {"a": 100.0})]
+    (bucket,) = plan_buckets(samples, 1, 16, 4, one_axis=False, limit_s=0.25,
+                             request_points=[(2, 3), (4, 4), (3, 3)])
+    assert bucket.warm_points == [[2, 3], [4, 4]] and not bucket.warm  # 0.1 s each
+    back = RangePlan.from_dict(RangePlan(RANGE2, [bucket]).to_dict())
+    assert back.buckets[0].warm_points == [[2, 3], [4, 4]]
+    assert "2 shape(s) of the requests warmed" in back.describe()
+
+
+RANGE2 = ShapeRange.bind([DeclaredInput("x", ("h", "w"), np.dtype(np.float32))],
+                         {"x": ["1..4", "1..4"]})
+
+
+def test_a_range_of_more_shapes_than_can_be_kept_warm_is_cut_on_first_runs():
+    # b is faster once warm, but 701 shapes are more than a library should keep warm
+    samples = [fake(100, {"a": 5.0, "b": 4.0}, {"a": 5.0, "b": 20.0}),
+               fake(800, {"a": 9.0, "b": 7.0}, {"a": 9.0, "b": 25.0})]
+    buckets = plan_buckets(samples, 100, 800, repeats=1.1, one_axis=True, limit_s=1e9)
+    assert [b.way for b in buckets] == ["a"] and not buckets[0].warm

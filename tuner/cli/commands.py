@@ -421,6 +421,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "the ones given are sized from them. A dimension LO..HI "
                         "(NAME=1x1..512) tunes one range plan for every shape in it, cut into "
                         "measured buckets (with --data REQUESTS: their shapes are sampled)")
+    t.add_argument("--warm-limit", type=float, default=None, metavar="S",
+                   help="with a shape range: the most seconds the plan may spend when loaded "
+                        "running its ways once at shapes a request would otherwise meet first "
+                        "(default 15; 0: none)")
     t.add_argument("--allow-nonstrict-nan", action="store_true",
                    help="let the plan differ from the reference on NaN/Inf inputs (e.g. oneDNN's "
                         "Relu(NaN) = 0), with no guard; by default the plan puts NaN and Inf "

@@ -50,6 +50,9 @@ def cmd_tune_range(args: argparse.Namespace, spec: dict[str, list[Any]]) -> int:
         raise UsageError("a shape range is tuned for latency in float32 from whole-model "
                          "library sessions; --accuracy, --inputs and --memory-cap go with "
                          "concrete shapes (NAME=1x128)")
+    if args.warm_limit is not None and not args.warm_limit >= 0:
+        raise UsageError(f"--warm-limit takes seconds >= 0 (0: warm nothing), received "
+                         f"{args.warm_limit:g}")
     config = Config.load({"store_path": args.store})
     budget = args.budget if args.budget is not None else config.tune_budget_s
     registry = load_registry(config.plugin_path or None, order=config.backend_order)
@@ -65,7 +68,9 @@ def cmd_tune_range(args: argparse.Namespace, spec: dict[str, list[Any]]) -> int:
     try:
         result = tune_range(args.model, spec, budget_s=budget, objective=args.objective,
                             backends=backends, requests=requests, config=config,
-                            registry=registry, log=lambda msg: print(msg, flush=True))
+                            registry=registry, log=lambda msg: print(msg, flush=True),
+                            **({} if args.warm_limit is None else
+                               {"warm_limit_s": args.warm_limit}))
     except ArgumentError as exc:
         raise UsageError(str(exc)) from None
     print(result.summary())

@@ -86,8 +86,13 @@ def cut(samples: Sequence[Sample], lo: int, hi: int, repeats: float,
     return buckets
 
 
-#: the most seconds a range plan may spend warming its buckets when it is loaded
-WARM_LIMIT_S = 5.0
+#: the most seconds a range plan may spend warming its buckets when it is loaded (by default;
+#: ``opdispatch tune --warm-limit S``)
+WARM_LIMIT_S = 15.0
+#: the most shapes a range plan warms when loaded: a library keeps per-shape state for each
+#: (OpenVINO's CPU plugin grew by 0.9 GB warming PP-OCRv4's recogniser at 701 widths, and its
+#: runtime cache, 5,000 entries by default, then evicted what had been warmed)
+WARM_MAX_SHAPES = 256
 
 
 def _first_ms(samples: Sequence[Sample], way: str) -> float:
@@ -103,23 +108,40 @@ def warm_cost_s(bucket: Bucket, samples: Sequence[Sample]) -> float:
 
 
 def plan_buckets(samples: Sequence[Sample], lo: int, hi: int, repeats: float,
-                 one_axis: bool, limit_s: float = WARM_LIMIT_S) -> list[Bucket]:
+                 one_axis: bool, limit_s: float = WARM_LIMIT_S,
+                 request_points: Sequence[tuple[int, ...]] = ()) -> list[Bucket]:
     """The buckets of a range. With one ranged axis and every bucket of the medians' cut
-    warmable within ``limit_s`` (each way run once at every size when the plan loads), that
+    warmable within ``limit_s`` and :data:`WARM_MAX_SHAPES` (each way run once at every size
+    when the plan loads), that
     cut, every bucket warm: no request then meets a shape for the first time, and medians
     alone decide. Otherwise the cut that charges first runs (:func:`cut` with ``repeats``),
-    warming the cheapest buckets that fit in ``limit_s``."""
+    warming the cheapest buckets that fit in ``limit_s`` (one axis), or the shapes of the
+    user's requests (``request_points``) while they fit (several axes)."""
     if one_axis:
         warm = cut(samples, lo, hi, math.inf)
-        if sum(warm_cost_s(b, samples) for b in warm) <= limit_s:
+        if (sum(warm_cost_s(b, samples) for b in warm) <= limit_s
+                and hi - lo + 1 <= WARM_MAX_SHAPES):
             for b in warm:
                 b.warm = True
             return warm
     buckets = cut(samples, lo, hi, repeats)
+    spent = 0.0
     if one_axis:
-        spent = 0.0
+        shapes = 0
         for b in sorted(buckets, key=lambda b: warm_cost_s(b, samples)):
             cost = warm_cost_s(b, samples)
-            if spent + cost <= limit_s:
-                b.warm, spent = True, spent + cost
+            if spent + cost <= limit_s and shapes + b.hi - b.lo + 1 <= WARM_MAX_SHAPES:
+                b.warm, spent, shapes = True, spent + cost, shapes + b.hi - b.lo + 1
+        return buckets
+    for point in request_points:
+        size = math.prod(point)
+        b = next((b for b in buckets if b.lo <= size <= b.hi), None)
+        if b is None:
+            continue
+        inside = [s for s in samples if s.point == tuple(point)] or \
+            [s for s in samples if b.lo <= s.size <= b.hi]
+        cost = _first_ms(inside, b.way) / 1e3
+        if spent + cost <= limit_s and sum(len(x.warm_points) for x in buckets) < WARM_MAX_SHAPES:
+            b.warm_points.append([int(v) for v in point])
+            spent += cost
     return buckets

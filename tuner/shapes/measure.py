@@ -1,7 +1,8 @@
 """Measuring whole-model ways at the sample shapes of a range.
 
-At each sample shape every way runs the same inputs once (the *first run* at that shape, timed:
-what a shape new to the process costs) and its outputs are checked against the reference way's
+At each sample shape every way runs the same inputs once (the *first run* at that shape, timed
+after a pause that lets the previous way's threads settle: what a shape new to the process
+costs) and its outputs are checked against the reference way's
 (onnxruntime's when it is one of the ways: the library users compare against); a way whose
 outputs differ, or which raises, is rejected at that shape with the reason. Then the ways are
 timed in rounds, one block of each per round (untimed runs first, so that the previous way's
@@ -23,6 +24,11 @@ from tuner.shapes.buckets import Sample
 Feeds = dict[str, np.ndarray]
 #: untimed runs before each way's timed block, timed runs per block, rounds at least / at most
 WARM_RUNS, BLOCK_RUNS, MIN_ROUNDS, MAX_ROUNDS = 1, 3, 2, 40
+#: the pause before each way's first run at a shape: another library's pool threads spinning
+#: after its run (onnxruntime's do) would otherwise be counted in that first run (measured on
+#: PP-OCRv4's recogniser: OpenVINO's first run at a new width 33 ms right after onnxruntime,
+#: 12 ms alone)
+SETTLE_S = 0.05
 #: how far a way's outputs may be from the reference's: |a - b| <= ATOL + RTOL * |b|
 RTOL, ATOL = 1e-3, 1e-4
 
@@ -54,6 +60,7 @@ def measure_sample(point: tuple[int, ...], size: int, feeds: Feeds,
     sample = Sample(point, size)
     outputs: dict[str, Sequence[np.ndarray]] = {}
     for way, run in runners.items():
+        time.sleep(SETTLE_S)  # the previous way's pool threads stop spinning first
         t0 = clock()
         try:
             outputs[way] = run(feeds)

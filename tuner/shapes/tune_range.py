@@ -94,11 +94,14 @@ def tune_range(
     config: Config | None = None,
     registry: Registry | None = None,
     log: Callable[[str], None] | None = None,
+    warm_limit_s: float = WARM_LIMIT_S,
 ) -> RangeTuneResult:
     """Tune ``model`` over the range ``shapes`` (input name -> dimensions, a dimension a size
     or ``"LO..HI"``) within ``budget_s`` and store the range plan (see the module docstring).
     ``requests``: the user's requests (feeds of mixed shapes): their shapes are sampled and
-    their repeats weigh a way's cost on shapes new to the process."""
+    their repeats weigh a way's cost on shapes new to the process. ``warm_limit_s``: the most
+    seconds the plan may spend when loaded running its ways once at shapes it would otherwise
+    meet for the first time in a request (0: none)."""
     from dispatch.backend import load_registry
     from dispatch.graph_cache import load_graph
 
@@ -171,14 +174,14 @@ def tune_range(
     small_size, large_size = (int(np.prod(p)) if p else 1 for p in shape_range.ends())
     try:
         buckets = plan_buckets(samples, small_size, large_size, repeats,
-                               len(shape_range.axes) == 1)
+                               len(shape_range.axes) == 1, warm_limit_s, list(by_point))
     except ValueError as exc:
         raise TuningError(f"the range {shape_range.text()} cannot be planned: {exc}") from None
     range_plan = RangePlan(shape_range, buckets,
                            {n: ways[n].description for n in runners},
                            {"score": "median, every bucket warmed at load" if all(
                                b.warm for b in buckets) else "median + (first run - median) / repeats",
-                            "warm_limit_s": WARM_LIMIT_S,
+                            "warm_limit_s": warm_limit_s,
                             "repeats": round(repeats, 2),
                             "repeats_from": "the requests given" if by_point else "the default",
                             "reference": reference, "budget_s": budget_s,
