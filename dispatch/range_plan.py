@@ -27,6 +27,7 @@ import numpy as np
 from dispatch.errors import ArgumentError, FeedError, PlanError
 from dispatch.input_shapes import ShapeSet, format_shapes
 from dispatch.model_ways import WayRunner, model_way
+from dispatch.range_padding import padded_length, padded_runner, split_name
 from dispatch.shape_range import ShapeRange
 
 if TYPE_CHECKING:
@@ -153,8 +154,10 @@ class RangeRunner:
         #: seconds spent warming buckets (:attr:`Bucket.warm`) by :meth:`build`
         self.warm_s = 0.0
         self.warmed = 0
-        self._ways = {name: model_way(registry, backends, name) for name in plan.ways_used()}
+        self._ways = {name: model_way(registry, backends, split_name(name)[0])
+                      for name in plan.ways_used()}
         self._built: dict[str, WayRunner] = {}
+        self._base: dict[str, WayRunner] = {}
         self._lock = threading.Lock()
 
     def build(self) -> None:
@@ -168,7 +171,10 @@ class RangeRunner:
         for bucket in self.plan.buckets:
             points = [tuple(p) for p in bucket.warm_points]
             if bucket.warm and len(self.plan.range.axes) == 1:
-                points += [(size,) for size in range(bucket.lo, bucket.hi + 1)]
+                step = split_name(bucket.way)[1]
+                hi = self.plan.range.ends()[1][0]
+                points += [(padded_length(size, step, hi) if step else size,)
+                           for size in range(bucket.lo, bucket.hi + 1)]
             run = self._runner(bucket.way)
             for point in dict.fromkeys(points):
                 shapes = self.plan.range.at(point)
@@ -183,7 +189,17 @@ class RangeRunner:
             return found
         with self._lock:
             if name not in self._built:
-                self._built[name] = self._ways[name].build(self.model_path)
+                base_name, step = split_name(name)
+                if base_name not in self._base:
+                    self._base[base_name] = self._ways[name].build(self.model_path)
+                base = self._base[base_name]
+                if step:
+                    axes = (self.plan.notes.get("padding") or {}).get("axes")
+                    if not isinstance(axes, dict):
+                        raise PlanError(f"range plan: way {name!r} pads, but the plan records "
+                                        f"no padded output axes (notes.padding.axes)")
+                    base = padded_runner(base, self.plan.range, step, axes, self.output_names)
+                self._built[name] = base
             return self._built[name]
 
     def covers(self, shapes: ShapeSet) -> bool:

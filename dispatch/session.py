@@ -359,9 +359,7 @@ class Session(TuningMixin, FallbackMixin, BatchMixin, RangeMixin):
                 self._plan, self._runner, self.plan_note = ranged
                 self.plan_source = "store"
             elif stored is None:
-                if self._range_spec is not None:
-                    self._miss_reasons = [self._range_miss()]
-                    self.plan_note = f"{self._miss_reasons[0]}: running the untuned plan"
+                self._note_range_miss()
                 if self.require_plan:
                     raise self._plan_not_found()
                 self._plan = heuristic_plan(self.graph, self.registry, self.backend_order,

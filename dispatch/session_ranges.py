@@ -140,6 +140,16 @@ class RangeMixin:
                 return plan, RangeAdapter(runner, [v.name for v in graph.inputs]), note
         return None
 
+    def _note_range_miss(self) -> None:
+        """Say in the plan note (and the reasons ``require_plan`` raises with) why no range
+        plan runs the session's shapes, when one was asked for or some is stored."""
+        if self._range_spec is not None:
+            self._miss_reasons = [self._range_miss()]
+            self.plan_note = f"{self._miss_reasons[0]}: running the untuned plan"
+        elif self._range_elsewhere:
+            self.plan_note += ("; range plans of this model stored but not usable here: "
+                               + " | ".join(self._range_elsewhere))
+
     def _range_miss(self) -> str:
         """Why no range plan serves the asked range (for require_plan's error)."""
         asked = self._range_asked.text() if self._range_asked is not None else "?"

@@ -240,8 +240,10 @@ def _way_backends(plan: Any, registry: Registry, backends: Sequence[str]
     backend offers here."""
     from dispatch.model_ways import model_ways
 
+    from dispatch.range_padding import split_name
+
     ways = model_ways(registry, backends)
-    names = plan.range_plan().ways_used()
+    names = list(dict.fromkeys(split_name(w)[0] for w in plan.range_plan().ways_used()))
     return ({ways[w].backend for w in names if w in ways},
             [f"way {w} is not offered here (no available backend of {list(backends)} has it)"
              for w in names if w not in ways])

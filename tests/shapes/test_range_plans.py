@@ -185,3 +185,66 @@ def test_a_range_plan_needs_only_the_backends_its_ways_run(tuned):
     with pytest.raises(PlanNotFoundError, match="way onnxruntime.* is not offered here"):
         Session(model, store=store, require_plan=True, backends=["numpy"],
                 input_shapes={"x": [1, "1..64", 8]})
+
+
+def test_padding_is_offered_where_a_mask_keeps_the_outputs_exact(tuned):
+    _, _, result = tuned
+    padding = result.range_plan.notes["padding"]
+    assert padding["step"] == 16 and padding["axes"] == {"y": [1]} and padding["mask"] == ["mask"]
+    padded = [s for s in result.samples if "onnxruntime+pad16" in s.ms]
+    assert padded and not any("onnxruntime+pad16" in s.rejected for s in result.samples)
+
+
+def _mean_model(path) -> str:
+    """x: [1, seq, 8], mask: [1, seq] -> y = mean of x over seq, the mask ignored: padding
+    changes every output."""
+    nodes = [helper.make_node("ReduceMean", ["x"], ["y"], axes=[1], keepdims=0),
+             helper.make_node("Identity", ["mask"], ["mask_out"])]
+    graph = helper.make_graph(
+        nodes, "mean",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "seq", 8]),
+         helper.make_tensor_value_info("mask", TensorProto.INT64, [1, "seq"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8]),
+         helper.make_tensor_value_info("mask_out", TensorProto.INT64, [1, "seq"])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    out = str(path / "mean.onnx")
+    onnx.save(model, out)
+    return out
+
+
+def test_a_padding_that_changes_the_outputs_is_rejected_with_the_reason(tmp_path):
+    model = _mean_model(tmp_path)
+    result = tune_range(model, {"x": [1, "1..40", 8]}, store=str(tmp_path / "p.sqlite"),
+                        budget_s=2, backends=BACKENDS)
+    reasons = {s.size: s.rejected.get("onnxruntime+pad16") for s in result.samples}
+    odd = [size for size in reasons if size % 16 and size != 40]
+    assert odd and all(reasons[size].startswith(
+        "padding changes the outputs at the real positions: output 'y' differs")
+        for size in odd)
+    assert all("+pad" not in b.way for b in result.range_plan.buckets)
+    sess = Session(model, store=str(tmp_path / "p.sqlite"), backends=BACKENDS)
+    for n in (3, 17, 40):
+        feeds = _feeds(n)
+        (want,) = ort.InferenceSession(model).run(["y"], feeds)
+        np.testing.assert_allclose(sess.run(["y"], feeds)[0], want, rtol=1e-5, atol=1e-6)
+
+
+def test_a_padded_way_runs_every_length_exactly(tuned, tmp_path):
+    from dispatch.plan import Plan
+    from dispatch.range_plan import Bucket, RangePlan
+
+    model, _, result = tuned
+    ranged = result.range_plan
+    forced = RangePlan(ranged.range, [Bucket(1, 64, "onnxruntime+pad16")], ranged.ways,
+                       ranged.notes)
+    plan = Plan("ranged", [], [], shapes=forced.to_dict())
+    with PlanStore(str(tmp_path / "forced.sqlite")) as store:
+        store.put_plan(result.key, plan.to_json())
+    sess = Session(model, store=str(tmp_path / "forced.sqlite"), backends=BACKENDS)
+    for n in (1, 5, 16, 17, 63, 64):
+        feeds = _feeds(n, seed=3)
+        (want,) = ort.InferenceSession(model).run(None, feeds)
+        (got,) = sess.run(None, feeds)
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

@@ -50,10 +50,14 @@ class Sample:
 
 
 def cut(samples: Sequence[Sample], lo: int, hi: int, repeats: float,
-        usable: Mapping[str, bool] | None = None) -> list[Bucket]:
+        usable: Mapping[str, bool] | None = None,
+        shared: Mapping[str, float] | None = None) -> list[Bucket]:
     """Buckets tiling sizes ``lo..hi`` from ``samples`` (see the module docstring). A way
-    rejected at any sample is not used anywhere (``usable`` may rule ways out too). Raises
-    ValueError when no way is usable at every sample."""
+    rejected at any sample is not used anywhere (``usable`` may rule ways out too). ``shared``:
+    ways whose one shape serves several sizes (a padded way: its step), whose first runs are
+    spread over that many more requests. Raises ValueError when no way is usable at every
+    sample."""
+    shared = shared or {}
     samples = sorted(samples, key=lambda s: s.size)
     banned = {w for s in samples for w in s.rejected} | {w for w, ok in (usable or {}).items()
                                                          if not ok}
@@ -63,7 +67,8 @@ def cut(samples: Sequence[Sample], lo: int, hi: int, repeats: float,
         raise ValueError(f"no way ran every sample shape correctly ({why or 'none measured'})")
     winners = []
     for s in samples:
-        ranked = sorted(((w, s.score(w, repeats)) for w in ways), key=lambda item: item[1])
+        ranked = sorted(((w, s.score(w, repeats * shared.get(w, 1.0))) for w in ways),
+                        key=lambda item: item[1])
         winners.append(ranked)
     buckets: list[Bucket] = []
     start = 0
@@ -101,15 +106,19 @@ def _first_ms(samples: Sequence[Sample], way: str) -> float:
     return sum(got) / len(got) if got else 0.0
 
 
-def warm_cost_s(bucket: Bucket, samples: Sequence[Sample]) -> float:
-    """Seconds to run ``bucket``'s way once at each of its sizes (one ranged axis)."""
+def warm_cost_s(bucket: Bucket, samples: Sequence[Sample],
+                shared: Mapping[str, float] | None = None) -> float:
+    """Seconds to run ``bucket``'s way once at each of its shapes (one ranged axis; a padded
+    way meets one shape per ``shared`` sizes)."""
     inside = [s for s in samples if bucket.lo <= s.size <= bucket.hi] or list(samples)
-    return (bucket.hi - bucket.lo + 1) * _first_ms(inside, bucket.way) / 1e3
+    shapes = math.ceil((bucket.hi - bucket.lo + 1) / (shared or {}).get(bucket.way, 1.0))
+    return shapes * _first_ms(inside, bucket.way) / 1e3
 
 
 def plan_buckets(samples: Sequence[Sample], lo: int, hi: int, repeats: float,
                  one_axis: bool, limit_s: float = WARM_LIMIT_S,
-                 request_points: Sequence[tuple[int, ...]] = ()) -> list[Bucket]:
+                 request_points: Sequence[tuple[int, ...]] = (),
+                 shared: Mapping[str, float] | None = None) -> list[Bucket]:
     """The buckets of a range. With one ranged axis and every bucket of the medians' cut
     warmable within ``limit_s`` and :data:`WARM_MAX_SHAPES` (each way run once at every size
     when the plan loads), that
@@ -118,18 +127,18 @@ def plan_buckets(samples: Sequence[Sample], lo: int, hi: int, repeats: float,
     warming the cheapest buckets that fit in ``limit_s`` (one axis), or the shapes of the
     user's requests (``request_points``) while they fit (several axes)."""
     if one_axis:
-        warm = cut(samples, lo, hi, math.inf)
-        if (sum(warm_cost_s(b, samples) for b in warm) <= limit_s
+        warm = cut(samples, lo, hi, math.inf, shared=shared)
+        if (sum(warm_cost_s(b, samples, shared) for b in warm) <= limit_s
                 and hi - lo + 1 <= WARM_MAX_SHAPES):
             for b in warm:
                 b.warm = True
             return warm
-    buckets = cut(samples, lo, hi, repeats)
+    buckets = cut(samples, lo, hi, repeats, shared=shared)
     spent = 0.0
     if one_axis:
         shapes = 0
-        for b in sorted(buckets, key=lambda b: warm_cost_s(b, samples)):
-            cost = warm_cost_s(b, samples)
+        for b in sorted(buckets, key=lambda b: warm_cost_s(b, samples, shared)):
+            cost = warm_cost_s(b, samples, shared)
             if spent + cost <= limit_s and shapes + b.hi - b.lo + 1 <= WARM_MAX_SHAPES:
                 b.warm, spent, shapes = True, spent + cost, shapes + b.hi - b.lo + 1
         return buckets

@@ -30,6 +30,16 @@ from dispatch.model_ways import model_file, model_ways
 from dispatch.objective import Objective
 from dispatch.plan import Plan
 from dispatch.plan_policy import plan_backends
+from dispatch.range_padding import (
+    PAD_STEP,
+    following_axes,
+    mask_inputs,
+    pad_feeds,
+    padded_length,
+    padded_name,
+    padded_runner,
+    split_name,
+)
 from dispatch.range_plan import RangePlan
 from dispatch.registry import Registry
 from dispatch.shape_range import ShapeRange
@@ -155,16 +165,29 @@ def tune_range(
     build_s = time.monotonic() - t_build
     reference = REFERENCE_WAY if REFERENCE_WAY in runners else next(iter(runners))
     rng = np.random.default_rng(0)
+
+    def random_feeds(concrete: Mapping[str, Sequence[int]]) -> Feeds:
+        return {n: np.ones(s, dtypes[n]) if n in masks else
+                random_input(Value(n, tuple(s), dtypes[n]), rng, bounds.get(n))
+                for n, s in concrete.items()}
+
+    masks = mask_inputs([d.name for d in declared])
+    padding = _padded_ways(shape_range, runners, reference, names, masks, random_feeds)
+    runners.update(padding.pop("runners"))
+    if padding.get("rejected"):
+        say(f"  padding not offered: {padding['rejected']}")
     samples: list[Sample] = []
     for k, point in enumerate(points):
         left = budget_s - (time.monotonic() - t_start)
         share = max(0.05, 0.9 * left / (len(points) - k))
         concrete = shape_range.at(point)
-        feeds = by_point.get(point) or {
-            n: random_input(Value(n, tuple(s), dtypes[n]), rng, bounds.get(n))
-            for n, s in concrete.items()}
+        feeds = by_point.get(point) or random_feeds(concrete)
         sample = measure_sample(point, int(np.prod(point)) if point else 1, feeds, runners,
                                 reference, names, share)
+        for way, why in list(sample.rejected.items()):
+            if split_name(way)[1] and why.startswith("wrong outputs"):
+                sample.rejected[way] = ("padding changes the outputs at the real positions: "
+                                        + why.removeprefix("wrong outputs: "))
         samples.append(sample)
         say(f"  {format_shapes(concrete)}: " + ", ".join(
             f"{w} {ms:.2f} ms (first {sample.first_ms.get(w, ms):.2f})"
@@ -174,18 +197,20 @@ def tune_range(
     small_size, large_size = (int(np.prod(p)) if p else 1 for p in shape_range.ends())
     try:
         buckets = plan_buckets(samples, small_size, large_size, repeats,
-                               len(shape_range.axes) == 1, warm_limit_s, list(by_point))
+                               len(shape_range.axes) == 1, warm_limit_s, list(by_point),
+                               {w: float(split_name(w)[1]) for w in runners if split_name(w)[1]})
     except ValueError as exc:
         raise TuningError(f"the range {shape_range.text()} cannot be planned: {exc}") from None
     range_plan = RangePlan(shape_range, buckets,
-                           {n: ways[n].description for n in runners},
+                           {n: _describe(n, ways) for n in runners},
                            {"score": "median, every bucket warmed at load" if all(
                                b.warm for b in buckets) else "median + (first run - median) / repeats",
                             "warm_limit_s": warm_limit_s,
                             "repeats": round(repeats, 2),
                             "repeats_from": "the requests given" if by_point else "the default",
                             "reference": reference, "budget_s": budget_s,
-                            "samples_from_requests": len(data_points)})
+                            "samples_from_requests": len(data_points),
+                            **({"padding": padding} if padding else {})})
     plan = Plan(graph.name, [], [], provenance={
         "tuned_at": time.strftime("%Y-%m-%dT%H:%M:%S"), "range": shape_range.text(),
         "label": "range plan"}, shapes=range_plan.to_dict())
@@ -204,6 +229,43 @@ def tune_range(
         if opened:
             plans.close()
     return RangeTuneResult(plan, range_plan, key, plan_id, samples, stats, guarded.error)
+
+
+def _padded_ways(shape_range: ShapeRange, runners: Mapping[str, Any], reference: str,
+                 names: Sequence[str], masks: Sequence[str],
+                 random_feeds: Callable[[Mapping[str, Sequence[int]]], Feeds]) -> dict[str, Any]:
+    """The padded variants of ``runners`` (:mod:`dispatch.range_padding`) for a range of one
+    axis over a model that takes a mask: ``{"runners": {...}, "step", "axes"}``, or why none
+    (``"rejected"``). Which output axes follow the ranged axis is found by running the
+    reference way at a length and padded to the next step; whether the padded outputs equal
+    the plain ones is then checked at every sample like any way's outputs."""
+    if len(shape_range.axes) != 1 or not masks:
+        return {"runners": {}}
+    (_, (lo, hi), _), = shape_range.axes
+    value = next((v for v in range(max(lo, 1), hi + 1) if v % PAD_STEP), None)
+    if value is None or padded_length(value, PAD_STEP, hi) == value:
+        return {"runners": {}}
+    target = padded_length(value, PAD_STEP, hi)
+    feeds = random_feeds(shape_range.at((value,)))
+    base = runners[reference]
+    try:
+        axes = following_axes(base(pad_feeds(shape_range, feeds, value, target)), base(feeds),
+                              names, value, target)
+    except Exception as exc:  # a model that refuses the padded shape is not padded
+        axes = f"{type(exc).__name__}: {exc}"
+    if isinstance(axes, str):
+        return {"runners": {}, "rejected": axes, "mask": list(masks)}
+    return {"runners": {padded_name(w, PAD_STEP): padded_runner(r, shape_range, PAD_STEP, axes,
+                                                                names)
+                        for w, r in runners.items()},
+            "step": PAD_STEP, "axes": axes, "mask": list(masks)}
+
+
+def _describe(name: str, ways: Mapping[str, Any]) -> str:
+    base, step = split_name(name)
+    text = ways[base].description
+    return (f"{text}; each request padded with zeros on the ranged axis to the next multiple "
+            f"of {step}, its outputs cut back" if step else text)
 
 
 def _declared(path: str) -> list:
