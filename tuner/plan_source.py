@@ -239,7 +239,6 @@ def _way_backends(plan: Any, registry: Registry, backends: Sequence[str]
     """The backends whose ways a range plan's buckets run on, and the ways no available
     backend offers here."""
     from dispatch.model_ways import model_ways
-
     from dispatch.range_padding import split_name
 
     ways = model_ways(registry, backends)
