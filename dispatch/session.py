@@ -567,11 +567,11 @@ class Session(TuningMixin, FallbackMixin, BatchMixin, RangeMixin):
         the real shapes (``tuner.tune.tune`` takes no feeds). If tuning fails, the session
         keeps the untuned plan, says why in :attr:`plan_note` and warns (RuntimeWarning).
         """
-        shapes = feed_shapes_of(self.declared, feeds)
-        if shapes is not None and self._ranges and shapes != graph_shapes(self.graph):
-            ranged = self._run_in_range(shapes, feeds, output_names)
+        if self._ranges:
+            ranged = self._run_in_range(feeds, output_names)
             if ranged is not None:
                 return ranged
+        shapes = feed_shapes_of(self.declared, feeds)
         target = self if shapes is None else self._shape_sessions.get(shapes)
         if target is not self:
             return target.run(output_names, feeds, run_options)

@@ -72,6 +72,7 @@ class RangeMixin:
         """``input_shapes`` with a range (``"1..512"``) kept aside in :attr:`_range_spec`
         and replaced by the range's smallest shapes, which the session loads its graph at."""
         self._ranges = []
+        self._own_shapes: tuple = ()
         self._range_asked = None
         self._range_elsewhere = []
         self._range_spec = dict(input_shapes) if has_range(input_shapes) else None
@@ -82,6 +83,8 @@ class RangeMixin:
     def _find_ranges(self, graph: Graph) -> None:
         """Find the range plans stored for ``graph``'s model structure."""
         self._ranges = []
+        self._own_shapes = tuple((v.name, tuple(int(d) for d in (v.shape or ())))
+                                 for v in graph.inputs)
         if self._range_spec is not None and self._range_asked is None:
             self._range_asked = ShapeRange.bind(graph.declared, self._range_spec)
         lookup = getattr(self.source, "lookup_ranges", None)
@@ -103,15 +106,21 @@ class RangeMixin:
                                  {d.name: d.dtype for d in graph.declared})
             self._ranges.append((plan_id, runner))
 
-    def _run_in_range(self, shapes: ShapeSet, feeds: Mapping[str, Any],
-                      output_names: Sequence[str] | None) -> list[np.ndarray] | None:
-        """Run ``feeds`` of concrete ``shapes`` on the range plan covering them, else
-        ``None``."""
+    def _run_in_range(self, feeds: Any, output_names: Sequence[str] | None
+                      ) -> list[np.ndarray] | None:
+        """Run ``feeds`` on the range plan covering their shapes, else ``None`` (the session's
+        own shapes, or none covers them: the per-shape path runs them). The feeds are checked
+        once, here."""
+        if not isinstance(feeds, Mapping):
+            return None
+        arrays = check_declared_feeds(self.declared, feeds)
+        shapes = tuple((d.name, tuple(arrays[d.name].shape)) for d in self.declared)
+        if shapes == self._own_shapes:
+            return None
         ranged = self._range_runner(shapes)
         if ranged is None:
             return None
-        return ranged.run(shapes, check_declared_feeds(self.declared, feeds),
-                          check_output_names(self._planned_graph(), output_names))
+        return ranged.run(shapes, arrays, check_output_names(self._planned_graph(), output_names))
 
     def _range_runner(self, shapes: ShapeSet) -> RangeRunner | None:
         for _, runner in self._ranges:
