@@ -240,9 +240,15 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from tuner.cli.range_tune import cmd_tune_range, range_shapes
     from tuner.tune import TuneOptions, tune
 
-    spec = range_shapes(args.shape or [])
+    spec, source = range_shapes(args.shape or []), "the --shape options"
+    if spec is None and not args.shape and not args.inputs:
+        from tuner.cli.range_tune import model_range
+
+        found = model_range(args.model)
+        if found is not None:
+            spec, source = found.spec, found.source
     if spec is not None:
-        return cmd_tune_range(args, spec)
+        return cmd_tune_range(args, spec, source)
     shape_sets = parse_shape_sets(args.shape or [])
     input_sets = parse_input_sets(args.inputs or [])
     if input_sets and (args.shape or []):

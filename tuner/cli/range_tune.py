@@ -7,9 +7,12 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tuner.cli.args import EXIT_USER_ERROR, UsageError
+
+if TYPE_CHECKING:
+    from tuner.shapes.default_range import ModelRange
 
 
 def range_shapes(texts: Sequence[str]) -> dict[str, list[Any]] | None:
@@ -30,6 +33,30 @@ def range_shapes(texts: Sequence[str]) -> dict[str, list[Any]] | None:
     return spec
 
 
+def model_range(model: str) -> ModelRange | None:
+    """For ``tune MODEL`` without ``--shape``: the range a model with symbolic inputs implies
+    (:mod:`tuner.shapes.default_range`), printed with its source; ``None`` for a model without
+    symbolic inputs or one that implies none (the concrete tuning says what to give)."""
+    import onnx
+
+    from dispatch.input_shapes import declared_inputs, is_dynamic
+    from tuner.shapes.default_range import range_from_model
+
+    try:
+        proto = onnx.load(model, load_external_data=False)
+    except Exception:  # the tuner's own loading says what is wrong with the file
+        return None
+    declared = declared_inputs(proto)
+    if not is_dynamic(declared):
+        return None
+    found = range_from_model(proto, declared)
+    if found is None:
+        return None
+    print(f"no --shape given: tuning the range read from {found.source} (give --shape "
+          f"NAME=1x1..N to choose another)", flush=True)
+    return found
+
+
 def _size(text: str, arg: str) -> int:
     try:
         return int(text)
@@ -38,7 +65,8 @@ def _size(text: str, arg: str) -> int:
                          f"range LO..HI like 1..512 (no lists or steps); received {text!r}") from None
 
 
-def cmd_tune_range(args: argparse.Namespace, spec: dict[str, list[Any]]) -> int:
+def cmd_tune_range(args: argparse.Namespace, spec: dict[str, list[Any]],
+                   source: str = "the --shape options") -> int:
     """Tune the range ``spec`` and print the buckets."""
     from dispatch.backend import load_registry
     from dispatch.config import Config
@@ -69,6 +97,7 @@ def cmd_tune_range(args: argparse.Namespace, spec: dict[str, list[Any]]) -> int:
         result = tune_range(args.model, spec, budget_s=budget, objective=args.objective,
                             backends=backends, requests=requests, config=config,
                             registry=registry, log=lambda msg: print(msg, flush=True),
+                            range_from=source,
                             **({} if args.warm_limit is None else
                                {"warm_limit_s": args.warm_limit}))
     except ArgumentError as exc:

@@ -106,13 +106,17 @@ def _first_ms(samples: Sequence[Sample], way: str) -> float:
     return sum(got) / len(got) if got else 0.0
 
 
+def _shapes(bucket: Bucket, shared: Mapping[str, float] | None) -> int:
+    """How many distinct shapes ``bucket``'s way meets (a padded way: one per step)."""
+    return math.ceil((bucket.hi - bucket.lo + 1) / (shared or {}).get(bucket.way, 1.0))
+
+
 def warm_cost_s(bucket: Bucket, samples: Sequence[Sample],
                 shared: Mapping[str, float] | None = None) -> float:
     """Seconds to run ``bucket``'s way once at each of its shapes (one ranged axis; a padded
     way meets one shape per ``shared`` sizes)."""
     inside = [s for s in samples if bucket.lo <= s.size <= bucket.hi] or list(samples)
-    shapes = math.ceil((bucket.hi - bucket.lo + 1) / (shared or {}).get(bucket.way, 1.0))
-    return shapes * _first_ms(inside, bucket.way) / 1e3
+    return _shapes(bucket, shared) * _first_ms(inside, bucket.way) / 1e3
 
 
 def plan_buckets(samples: Sequence[Sample], lo: int, hi: int, repeats: float,
@@ -129,7 +133,7 @@ def plan_buckets(samples: Sequence[Sample], lo: int, hi: int, repeats: float,
     if one_axis:
         warm = cut(samples, lo, hi, math.inf, shared=shared)
         if (sum(warm_cost_s(b, samples, shared) for b in warm) <= limit_s
-                and hi - lo + 1 <= WARM_MAX_SHAPES):
+                and sum(_shapes(b, shared) for b in warm) <= WARM_MAX_SHAPES):
             for b in warm:
                 b.warm = True
             return warm
@@ -139,8 +143,8 @@ def plan_buckets(samples: Sequence[Sample], lo: int, hi: int, repeats: float,
         shapes = 0
         for b in sorted(buckets, key=lambda b: warm_cost_s(b, samples, shared)):
             cost = warm_cost_s(b, samples, shared)
-            if spent + cost <= limit_s and shapes + b.hi - b.lo + 1 <= WARM_MAX_SHAPES:
-                b.warm, spent, shapes = True, spent + cost, shapes + b.hi - b.lo + 1
+            if spent + cost <= limit_s and shapes + _shapes(b, shared) <= WARM_MAX_SHAPES:
+                b.warm, spent, shapes = True, spent + cost, shapes + _shapes(b, shared)
         return buckets
     for point in request_points:
         size = math.prod(point)

@@ -23,7 +23,7 @@ from tuner.shapes.buckets import Sample
 
 Feeds = dict[str, np.ndarray]
 #: untimed runs before each way's timed block, timed runs per block, rounds at least / at most
-WARM_RUNS, BLOCK_RUNS, MIN_ROUNDS, MAX_ROUNDS = 1, 3, 2, 40
+WARM_RUNS, BLOCK_RUNS, MIN_ROUNDS, MAX_ROUNDS = 1, 3, 1, 40
 #: the pause before each way's first run at a shape: another library's pool threads spinning
 #: after its run (onnxruntime's do) would otherwise be counted in that first run (measured on
 #: PP-OCRv4's recogniser: OpenVINO's first run at a new width 33 ms right after onnxruntime,

@@ -105,13 +105,15 @@ def tune_range(
     registry: Registry | None = None,
     log: Callable[[str], None] | None = None,
     warm_limit_s: float = WARM_LIMIT_S,
+    range_from: str = "the shapes given",
 ) -> RangeTuneResult:
     """Tune ``model`` over the range ``shapes`` (input name -> dimensions, a dimension a size
     or ``"LO..HI"``) within ``budget_s`` and store the range plan (see the module docstring).
     ``requests``: the user's requests (feeds of mixed shapes): their shapes are sampled and
     their repeats weigh a way's cost on shapes new to the process. ``warm_limit_s``: the most
     seconds the plan may spend when loaded running its ways once at shapes it would otherwise
-    meet for the first time in a request (0: none)."""
+    meet for the first time in a request (0: none). ``range_from``: where the range came from
+    (kept in the plan's notes for the report)."""
     from dispatch.backend import load_registry
     from dispatch.graph_cache import load_graph
 
@@ -203,7 +205,8 @@ def tune_range(
         raise TuningError(f"the range {shape_range.text()} cannot be planned: {exc}") from None
     range_plan = RangePlan(shape_range, buckets,
                            {n: _describe(n, ways) for n in runners},
-                           {"score": "median, every bucket warmed at load" if all(
+                           {"range_from": range_from,
+                            "score": "median, every bucket warmed at load" if all(
                                b.warm for b in buckets) else "median + (first run - median) / repeats",
                             "warm_limit_s": warm_limit_s,
                             "repeats": round(repeats, 2),
