@@ -192,16 +192,29 @@ class ShapeRange:
         return (tuple(lo for _, (lo, _), _ in self.axes),
                 tuple(hi for _, (_, hi), _ in self.axes))
 
-    def sample_points(self, count: int, extra: Sequence[Sequence[int]] = ()) -> list[tuple[int, ...]]:
+    def sample_points(self, count: int, extra: Sequence[Sequence[int]] = (),
+                      align: Sequence[int] = ()) -> list[tuple[int, ...]]:
         """About ``count`` points spread over the range (both ends, the rest on a geometric
         scale from the small end to the large), plus ``extra`` points inside the range (the
-        user's requests), sorted by size, duplicates dropped."""
+        user's requests), sorted by size, duplicates dropped. ``align``: per axis, a step the
+        spread points are rounded to (a detector that takes multiples of 32), kept inside."""
         small, large = self.ends()
-        points = {small, large}
+        steps = list(align) or [1] * len(small)
+
+        def snap(v: int, lo: int, hi: int, step: int) -> int:
+            if step <= 1:
+                return v
+            up = -(-lo // step) * step
+            down = hi // step * step
+            return v if up > down else max(up, min(down, round(v / step) * step))
+
+        points = {tuple(snap(v, lo, hi, st) for v, lo, hi, st in zip(p, small, large, steps))
+                  for p in (small, large)}
         for k in range(1, max(count - 1, 1)):
             frac = k / max(count - 1, 1)
-            points.add(tuple(max(lo, min(hi, round(max(lo, 1) * (hi / max(lo, 1)) ** frac)))
-                             for lo, hi in zip(small, large)))
+            points.add(tuple(snap(max(lo, min(hi, round(max(lo, 1) * (hi / max(lo, 1)) ** frac))),
+                                  lo, hi, st)
+                             for lo, hi, st in zip(small, large, steps)))
         inside = [tuple(int(v) for v in p) for p in extra
                   if len(p) == len(small) and all(lo <= v <= hi
                                                   for v, lo, hi in zip(p, small, large))]

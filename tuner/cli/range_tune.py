@@ -70,14 +70,19 @@ def cmd_tune_range(args: argparse.Namespace, spec: dict[str, list[Any]],
     """Tune the range ``spec`` and print the buckets."""
     from dispatch.backend import load_registry
     from dispatch.config import Config
-    from dispatch.errors import ArgumentError
+    from dispatch.errors import ArgumentError, OpDispatchError
+    from dispatch.objective import AccuracyTarget, Objective, parse_accuracy
+    from tuner.accuracy.data import data_digest
     from tuner.replay import ReplayError, read_requests
     from tuner.shapes.tune_range import _declared, tune_range
 
-    if args.accuracy is not None or args.inputs or args.memory_cap:
-        raise UsageError("a shape range is tuned for latency in float32 from whole-model "
-                         "library sessions; --accuracy, --inputs and --memory-cap go with "
-                         "concrete shapes (NAME=1x128)")
+    if args.inputs or args.memory_cap:
+        raise UsageError("a shape range is tuned for latency from whole-model library "
+                         "sessions, sampling the shapes of --data; --inputs and --memory-cap go "
+                         "with concrete shapes (NAME=1x128)")
+    if args.accuracy is not None and args.data is None:
+        raise UsageError("--accuracy checks each bucket's reduced precision on your requests of "
+                         "its sizes: give them with --data REQUESTS")
     if args.warm_limit is not None and not args.warm_limit >= 0:
         raise UsageError(f"--warm-limit takes seconds >= 0 (0: warm nothing), received "
                          f"{args.warm_limit:g}")
@@ -91,10 +96,18 @@ def cmd_tune_range(args: argparse.Namespace, spec: dict[str, list[Any]],
             requests = read_requests(args.data, _declared(args.model))
         except (ReplayError, ArgumentError) as exc:
             raise UsageError(str(exc)) from None
-    print(f"tuning {args.model} over a shape range (budget {budget:.0f} s, objective "
-          f"{args.objective}, store {config.store_path})", flush=True)
     try:
-        result = tune_range(args.model, spec, budget_s=budget, objective=args.objective,
+        objective = Objective.parse(args.objective)
+        if args.accuracy is not None:
+            metric, limit = parse_accuracy(args.accuracy)
+            objective = objective.replace(
+                accuracy=AccuracyTarget(metric, limit, data_digest(args.data)))
+    except (ArgumentError, OpDispatchError) as exc:
+        raise UsageError(str(exc)) from None
+    print(f"tuning {args.model} over a shape range (budget {budget:.0f} s, objective "
+          f"{objective}, store {config.store_path})", flush=True)
+    try:
+        result = tune_range(args.model, spec, budget_s=budget, objective=objective,
                             backends=backends, requests=requests, config=config,
                             registry=registry, log=lambda msg: print(msg, flush=True),
                             range_from=source,

@@ -20,6 +20,9 @@ from dispatch.range_plan import Bucket
 
 #: requests per distinct shape assumed when the user gave no requests
 DEFAULT_REPEATS = 4.0
+#: how a rejection that holds at one sample only begins (an accuracy budget exceeded there);
+#: any other rejection (wrong outputs, a failure) rules the way out everywhere
+LOCAL_REJECTION = "accuracy:"
 
 
 @dataclass
@@ -59,16 +62,17 @@ def cut(samples: Sequence[Sample], lo: int, hi: int, repeats: float,
     sample."""
     shared = shared or {}
     samples = sorted(samples, key=lambda s: s.size)
-    banned = {w for s in samples for w in s.rejected} | {w for w, ok in (usable or {}).items()
-                                                         if not ok}
+    banned = {w for s in samples for w, why in s.rejected.items()
+              if not why.startswith(LOCAL_REJECTION)}
+    banned |= {w for w, ok in (usable or {}).items() if not ok}
     ways = [w for w in samples[0].ms if w not in banned and all(w in s.ms for s in samples)]
-    if not ways:
-        why = "; ".join(f"{w}: {r}" for s in samples for w, r in s.rejected.items())
-        raise ValueError(f"no way ran every sample shape correctly ({why or 'none measured'})")
     winners = []
     for s in samples:
-        ranked = sorted(((w, s.score(w, repeats * shared.get(w, 1.0))) for w in ways),
-                        key=lambda item: item[1])
+        ranked = sorted(((w, s.score(w, repeats * shared.get(w, 1.0))) for w in ways
+                         if w not in s.rejected), key=lambda item: item[1])
+        if not ranked:
+            why = "; ".join(f"{w}: {r}" for x in samples for w, r in x.rejected.items())
+            raise ValueError(f"no way ran every sample shape correctly ({why or 'none measured'})")
         winners.append(ranked)
     buckets: list[Bucket] = []
     start = 0

@@ -54,9 +54,12 @@ def disagreement(got: Sequence[np.ndarray], want: Sequence[np.ndarray],
 
 def measure_sample(point: tuple[int, ...], size: int, feeds: Feeds,
                    runners: Mapping[str, WayRunner], reference: str, names: Sequence[str],
-                   seconds: float, clock: Callable[[], float] = time.perf_counter) -> Sample:
+                   seconds: float, clock: Callable[[], float] = time.perf_counter,
+                   approximate: Sequence[str] = ()) -> Sample:
     """Every way of ``runners`` at one sample shape within about ``seconds``; ``reference``
-    names the way whose outputs the others must match."""
+    names the way whose outputs the others must match, except the ``approximate`` ones
+    (reduced precision: judged on the user's requests against a budget instead,
+    :mod:`tuner.shapes.accuracy`)."""
     sample = Sample(point, size)
     outputs: dict[str, Sequence[np.ndarray]] = {}
     for way, run in runners.items():
@@ -70,7 +73,8 @@ def measure_sample(point: tuple[int, ...], size: int, feeds: Feeds,
         sample.first_ms[way] = (clock() - t0) * 1e3
     want = outputs.get(reference)
     for way, got in outputs.items():
-        why = None if want is None or way == reference else disagreement(got, want, names)
+        why = (None if want is None or way == reference or way in approximate
+               else disagreement(got, want, names))
         if why:
             sample.rejected[way] = f"wrong outputs: {why}"
     live = [w for w in outputs if w not in sample.rejected]

@@ -14,6 +14,7 @@ Session finds it for any shape inside.
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -46,7 +47,8 @@ from dispatch.shape_range import ShapeRange
 from tuner.fingerprint import RANGE_PREFIX, PlanKey, hardware_fingerprint, software_fingerprint
 from tuner.index_bounds import index_bounds
 from tuner.measure import random_input
-from tuner.shapes.buckets import DEFAULT_REPEATS, WARM_LIMIT_S, Sample, plan_buckets
+from tuner.shapes.accuracy import annotate, figure, judge, request_errors
+from tuner.shapes.buckets import DEFAULT_REPEATS, LOCAL_REJECTION, WARM_LIMIT_S, Sample, plan_buckets
 from tuner.shapes.measure import measure_sample
 from tuner.store import PlanStore
 from tuner.store.guarded import GuardedStore
@@ -120,11 +122,16 @@ def tune_range(
     t_start = time.monotonic()
     say = log or (lambda _msg: None)
     objective = Objective.parse(objective).resolved()
-    if objective.name != "latency" or not objective.float32:
+    if objective.name != "latency" or objective.memory_cap is not None or objective.nonstrict_nan:
         raise TuningError(
-            f"a shape range is tuned for the latency objective in float32 only, received "
-            f"objective {objective}; tune the shapes of other objectives one by one (--shape "
-            f"NAME=1x128)")
+            f"a shape range is tuned for the latency objective (with an accuracy budget or "
+            f"without), received objective {objective}; tune the shapes of other objectives "
+            f"one by one (--shape NAME=1x128)")
+    target = objective.accuracy
+    if target is not None and not requests:
+        raise TuningError(
+            f"the objective {objective} lets a bucket compute in reduced precision where your "
+            f"requests of its sizes stay within {target.spec}: give them (--data REQUESTS)")
     config = config or Config.load()
     registry = registry or load_registry(config.plugin_path or None, order=config.backend_order)
     backends = plan_backends(registry, config.backend_order, list(backends) if backends else None)
@@ -132,7 +139,8 @@ def tune_range(
         configure = getattr(status.backend, "configure", None)
         if status.available and configure is not None:
             configure(config)
-    ways = {n: w for n, w in model_ways(registry, backends).items() if w.precision == "float32"}
+    ways = {n: w for n, w in model_ways(registry, backends).items()
+            if w.precision == "float32" or target is not None}
     if not ways:
         raise TuningError(
             "no available backend runs a whole model with dynamic dimensions (onnxruntime, "
@@ -152,7 +160,8 @@ def tune_range(
         if shape_range.contains(got):
             by_point.setdefault(shape_range.point(got), feeds)
     data_points = _spread(sorted(by_point, key=lambda p: (int(np.prod(p)), p)), DATA_SAMPLES)
-    points = shape_range.sample_points(SPREAD_SAMPLES, data_points)
+    align = _alignment(list(by_point))
+    points = shape_range.sample_points(SPREAD_SAMPLES, data_points, align)
     say(f"tuning the range {shape_range.text()} ({shape_range.axes_text()}): {len(ways)} "
         f"way(s) ({', '.join(ways)}) at {len(points)} sample shape(s), budget {budget_s:.0f} s")
     t_build = time.monotonic()
@@ -178,31 +187,55 @@ def tune_range(
     runners.update(padding.pop("runners"))
     if padding.get("rejected"):
         say(f"  padding not offered: {padding['rejected']}")
+    approximate = [w for w in runners if ways[split_name(w)[0]].precision != "float32"]
     samples: list[Sample] = []
+    unrunnable: list[str] = []
     for k, point in enumerate(points):
         left = budget_s - (time.monotonic() - t_start)
         share = max(0.05, 0.9 * left / (len(points) - k))
         concrete = shape_range.at(point)
         feeds = by_point.get(point) or random_feeds(concrete)
         sample = measure_sample(point, int(np.prod(point)) if point else 1, feeds, runners,
-                                reference, names, share)
+                                reference, names, share, approximate=approximate)
         for way, why in list(sample.rejected.items()):
             if split_name(way)[1] and why.startswith("wrong outputs"):
                 sample.rejected[way] = ("padding changes the outputs at the real positions: "
                                         + why.removeprefix("wrong outputs: "))
+        if not sample.ms and not any(w.startswith(LOCAL_REJECTION) for w in sample.rejected.values()):
+            unrunnable.append(f"{format_shapes(concrete)}: " + "; ".join(
+                f"{w}: {why.splitlines()[0][:160]}" for w, why in sample.rejected.items()))
+            say(f"  {format_shapes(concrete)}: no way runs it, left out of the samples")
+            continue
         samples.append(sample)
         say(f"  {format_shapes(concrete)}: " + ", ".join(
             f"{w} {ms:.2f} ms (first {sample.first_ms.get(w, ms):.2f})"
             for w, ms in sorted(sample.ms.items(), key=lambda i: i[1]))
             + "".join(f"; {w} rejected: {why}" for w, why in sample.rejected.items()))
+    if not samples:
+        raise TuningError(f"no way runs any sample shape of the range {shape_range.text()}: "
+                          + " | ".join(unrunnable[:3]))
     repeats = (len(requests) / max(1, len(by_point))) if by_point else DEFAULT_REPEATS
     small_size, large_size = (int(np.prod(p)) if p else 1 for p in shape_range.ends())
+    errors: dict[str, list[tuple[int, float]]] = {}
+    if target is not None:
+        reduced = {w: runners[w] for w in approximate}
+        inside = [(shape_range.size(got), feeds) for feeds in requests
+                  if shape_range.contains(got := shape_set({k: np.shape(v) for k, v in feeds.items()},
+                                                           [d.name for d in declared]))]
+        errors = request_errors(target, reduced, runners[reference], inside)
+        judge(samples, target, errors, small_size, large_size)
+        for way, errs in errors.items():
+            worst = max((e for _, e in errs), default=0.0)
+            say(f"  {way}: {target.metric} {figure(target, worst):.6g} at worst on "
+                f"{len(errs)} of your requests (budget {target.budget:g})")
     try:
         buckets = plan_buckets(samples, small_size, large_size, repeats,
                                len(shape_range.axes) == 1, warm_limit_s, list(by_point),
                                {w: float(split_name(w)[1]) for w in runners if split_name(w)[1]})
     except ValueError as exc:
         raise TuningError(f"the range {shape_range.text()} cannot be planned: {exc}") from None
+    if target is not None:
+        annotate(buckets, target, errors)
     range_plan = RangePlan(shape_range, buckets,
                            {n: _describe(n, ways) for n in runners},
                            {"range_from": range_from,
@@ -213,6 +246,8 @@ def tune_range(
                             "repeats_from": "the requests given" if by_point else "the default",
                             "reference": reference, "budget_s": budget_s,
                             "samples_from_requests": len(data_points),
+                            **({"aligned_to": list(align)} if any(a > 1 for a in align) else {}),
+                            **({"unrunnable": unrunnable} if unrunnable else {}),
                             **({"padding": padding} if padding else {})})
     plan = Plan(graph.name, [], [], provenance={
         "tuned_at": time.strftime("%Y-%m-%dT%H:%M:%S"), "range": shape_range.text(),
@@ -281,6 +316,14 @@ def _declared(path: str) -> list:
     except Exception as exc:
         raise ArgumentError(f"cannot read the model {path}: {exc}") from None
     return declared_inputs(proto)
+
+
+def _alignment(points: Sequence[tuple[int, ...]]) -> list[int]:
+    """Per axis, the largest step every request's size is a multiple of (2 requests or more;
+    a detector fed multiples of 32 gives 32), else 1."""
+    if len(points) < 2:
+        return []
+    return [math.gcd(*(p[k] for p in points)) or 1 for k in range(len(points[0]))]
 
 
 def _spread(items: Sequence[Any], count: int) -> list[Any]:
