@@ -35,7 +35,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DIR = Path.home() / ".cache" / "opdispatch" / "bench-models" / "shapes"
-WAYS = ("plan", "onnxruntime", "openvino-latency")
+WAYS = ("plan", "onnxruntime", "openvino-latency", "openvino-default")
 
 
 def _cpu() -> str:
@@ -53,7 +53,8 @@ def _run(cmd: list[str]) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=3600)
 
 
-def replay_once(way: str, model: Path, data: Path, store: Path) -> dict[str, Any]:
+def replay_once(way: str, model: Path, data: Path, store: Path,
+                objective: str = "latency") -> dict[str, Any]:
     """One way in a process of its own: its replay's JSON."""
     with tempfile.TemporaryDirectory(prefix="shapes-bench-") as tmp:
         out = Path(tmp) / "replay.json"
@@ -61,6 +62,8 @@ def replay_once(way: str, model: Path, data: Path, store: Path) -> dict[str, Any
                "--store", str(store), "--json", str(out)]
         if way != "plan":
             cmd += ["--library", way]
+        else:
+            cmd += ["--objective", objective]
         proc = _run(cmd)
         if proc.returncode != 0:
             raise RuntimeError(f"{way}: exit {proc.returncode}: {proc.stderr[-2000:]}")
@@ -98,10 +101,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", type=Path, default=DEFAULT_DIR / "minilm_dyn.onnx")
     parser.add_argument("--data", type=Path, default=DEFAULT_DIR / "minilm_requests")
-    parser.add_argument("--ways", default=",".join(WAYS))
+    parser.add_argument("--ways", default=",".join(WAYS[:3]),
+                        help=f"among {', '.join(WAYS)}")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--tune-budget", type=float, default=None, metavar="S")
     parser.add_argument("--tune-shape", default="input_ids=1x128")
+    parser.add_argument("--tune-accuracy", default=None, metavar="METRIC:BUDGET",
+                        help="tune with this accuracy budget on the requests (a range plan may "
+                             "then take reduced precision per bucket)")
     parser.add_argument("--store", type=Path, default=None,
                         help="the plan store (default: a new one in a temporary folder)")
     parser.add_argument("--json", type=Path, default=None)
@@ -122,17 +129,25 @@ def main(argv: list[str] | None = None) -> int:
                    "--no-progress"]
             if ".." in args.tune_shape:  # a range plan samples the requests' shapes
                 cmd += ["--data", str(args.data)]
+            if args.tune_accuracy:
+                cmd += ["--accuracy", args.tune_accuracy]
             proc = _run(cmd)
             if proc.returncode != 0:
                 raise SystemExit(f"tuning failed: {proc.stderr[-2000:]}")
             tuned = proc.stdout.strip().splitlines()[-1]
             print(proc.stdout[-3000:], flush=True)
             print(f"tuned at {args.tune_shape} within {args.tune_budget:g} s: {tuned}", flush=True)
+        objective = "latency"
+        if args.tune_accuracy:
+            sys.path.insert(0, str(ROOT))
+            from tuner.accuracy.data import data_digest
+
+            objective = f"latency+accuracy={args.tune_accuracy},data={data_digest(args.data)}"
         results: dict[str, list[dict[str, Any]]] = {w: [] for w in ways}
         for k in range(args.rounds):
             order = ways if k % 2 == 0 else list(reversed(ways))  # alternating
             for way in order:
-                got = replay_once(way, args.model, args.data, store)
+                got = replay_once(way, args.model, args.data, store, objective)
                 results[way].append(got)
                 p1, p2 = got["passes"]
                 print(f"round {k + 1} {way}: first pass {p1['seconds']:.3f} s, second pass "

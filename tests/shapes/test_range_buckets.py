@@ -113,3 +113,44 @@ def test_a_range_of_more_shapes_than_can_be_kept_warm_is_cut_on_first_runs():
                fake(800, {"a": 9.0, "b": 7.0}, {"a": 9.0, "b": 25.0})]
     buckets = plan_buckets(samples, 100, 800, repeats=1.1, one_axis=True, limit_s=1e9)
     assert [b.way for b in buckets] == ["a"] and not buckets[0].warm
+
+
+def test_a_lone_sample_won_within_noise_goes_to_its_neighbours_way():
+    samples = [fake(1, {"a": 1.0, "b": 2.0}), fake(16, {"a": 2.04, "b": 2.0}),
+               fake(64, {"a": 6.0, "b": 9.0})]
+    assert [b.way for b in cut(samples, 1, 64, repeats=4)] == ["a"]
+    clear = [fake(1, {"a": 1.0, "b": 2.0}), fake(16, {"a": 2.5, "b": 2.0}),
+             fake(64, {"a": 6.0, "b": 9.0})]
+    assert [b.way for b in cut(clear, 1, 64, repeats=4)] == ["a", "b", "a"]
+
+
+def test_the_requests_shapes_of_several_axes_are_scored_as_warmed():
+    # b is faster once warm but slow on a new shape: at the requests' shapes, warmed when the
+    # plan loads, only its median counts
+    samples = [Sample((2, 3), 6, {"a": 5.0, "b": 4.0}, {"a": 5.0, "b": 40.0}),
+               Sample((4, 4), 16, {"a": 9.0, "b": 7.0}, {"a": 9.0, "b": 60.0})]
+    buckets = plan_buckets(samples, 1, 16, repeats=2, one_axis=False, limit_s=1.0,
+                           request_points=[(2, 3), (4, 4)])
+    assert [b.way for b in buckets] == ["b"] and buckets[0].warm_points == [[2, 3], [4, 4]]
+    for s in samples:
+        s.warmed = False
+    assert [b.way for b in plan_buckets(samples, 1, 16, repeats=2, one_axis=False,
+                                        limit_s=0.01, request_points=[(2, 3), (4, 4)])] == ["a"]
+
+
+def test_one_library_is_kept_when_switching_libraries_buys_little():
+    from tuner.shapes.buckets import one_library
+
+    libraries = {"ort": "onnxruntime", "ov": "openvino"}
+    near = [fake(1, {"ort": 1.0, "ov": 1.2}), fake(64, {"ort": 6.0, "ov": 5.0}),
+            fake(128, {"ort": 12.0, "ov": 10.0})]
+    mixed = cut(near, 1, 128, repeats=4)
+    assert [b.way for b in mixed] == ["ort", "ov"]
+    kept = one_library(mixed, near, 1, 128, 4, libraries, {1: 1.0, 64: 1.0, 128: 1.0})
+    assert [b.way for b in kept] == ["ov"] and "one library kept" in kept[0].why
+    # weighted by the requests: most of them short, where onnxruntime is far ahead
+    assert [b.way for b in one_library(mixed, near, 1, 128, 4, libraries,
+                                       {1: 50.0, 64: 1.0, 128: 1.0})] == ["ort", "ov"]
+    far = [fake(1, {"ort": 1.0, "ov": 3.0}), fake(128, {"ort": 12.0, "ov": 10.0})]
+    split = cut(far, 1, 128, repeats=4)
+    assert [b.way for b in one_library(split, far, 1, 128, 4, libraries, {})] == ["ort", "ov"]

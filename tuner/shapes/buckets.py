@@ -35,8 +35,13 @@ class Sample:
     first_ms: dict[str, float] = field(default_factory=dict)
     #: ways that failed or disagreed with the reference here, with the reason
     rejected: dict[str, str] = field(default_factory=dict)
+    #: a shape the plan runs once when it loads (one of the user's requests, for a range of
+    #: several axes): no request meets it first, so its first runs cost nothing here
+    warmed: bool = False
 
     def score(self, way: str, repeats: float) -> float:
+        if self.warmed:
+            return self.ms[way]
         excess = max(0.0, self.first_ms.get(way, self.ms[way]) - self.ms[way])
         return self.ms[way] + excess / max(repeats, 1.0)
 
@@ -50,6 +55,23 @@ class Sample:
                 "ms": {k: round(v, 4) for k, v in self.ms.items()},
                 "first_ms": {k: round(v, 4) for k, v in self.first_ms.items()},
                 **({"rejected": dict(self.rejected)} if self.rejected else {})}
+
+
+#: a lone sample's winner within this factor of the way winning on both sides of it is
+#: taken for noise: the neighbours' way runs there too (no bucket of one sample won by 2%)
+NOISE = 1.05
+
+
+def _smooth(winners: list[list[tuple[str, float]]]) -> None:
+    """Give a lone sample whose winner differs from both neighbours' (which agree) to the
+    neighbours' way when that way's score there is within :data:`NOISE` of the winner's."""
+    for k in range(1, len(winners) - 1):
+        left, right, here = winners[k - 1][0][0], winners[k + 1][0][0], winners[k]
+        if left != right or here[0][0] == left:
+            continue
+        scores = dict(here)
+        if left in scores and scores[left] <= NOISE * here[0][1]:
+            here.sort(key=lambda item: (item[0] != left, item[1]))
 
 
 def cut(samples: Sequence[Sample], lo: int, hi: int, repeats: float,
@@ -74,6 +96,7 @@ def cut(samples: Sequence[Sample], lo: int, hi: int, repeats: float,
             why = "; ".join(f"{w}: {r}" for x in samples for w, r in x.rejected.items())
             raise ValueError(f"no way ran every sample shape correctly ({why or 'none measured'})")
         winners.append(ranked)
+    _smooth(winners)
     buckets: list[Bucket] = []
     start = 0
     for k in range(1, len(samples) + 1):
@@ -123,25 +146,87 @@ def warm_cost_s(bucket: Bucket, samples: Sequence[Sample],
     return _shapes(bucket, shared) * _first_ms(inside, bucket.way) / 1e3
 
 
+#: how much slower (in total, weighted by the requests) a plan on one library may be than one
+#: that switches libraries between buckets and still be preferred: two libraries in one process
+#: disturb each other (their thread pools; measured on MiniLM: the OpenVINO requests of an
+#: onnxruntime + OpenVINO plan 0-35% slower than in an OpenVINO-only process, from run to run)
+SWITCH_COST = 0.05
+
+
+def _weighted_cost(buckets: Sequence[Bucket], samples: Sequence[Sample], repeats: float,
+                   weights: Mapping[int, float], shared: Mapping[str, float]) -> float:
+    total = 0.0
+    for s in samples:
+        b = next(b for b in buckets if b.lo <= s.size <= b.hi)
+        total += weights.get(s.size, 1.0) * s.score(b.way, repeats * shared.get(b.way, 1.0))
+    return total
+
+
+def one_library(buckets: list[Bucket], samples: Sequence[Sample], lo: int, hi: int,
+                repeats: float, libraries: Mapping[str, str], weights: Mapping[int, float],
+                shared: Mapping[str, float] | None = None) -> list[Bucket]:
+    """``buckets``, or the cut among one library's ways alone when its weighted cost is within
+    :data:`SWITCH_COST` of theirs (``libraries``: way -> its library; ``weights``: sample size
+    -> how many requests it stands for)."""
+    shared = shared or {}
+    used = {libraries.get(b.way, b.way) for b in buckets}
+    if len(used) < 2:
+        return buckets
+    mixed = _weighted_cost(buckets, samples, repeats, weights, shared)
+    best = None
+    for library in sorted(set(libraries.values())):
+        try:
+            alone = cut(samples, lo, hi, repeats, {w: lib == library for w, lib in libraries.items()},
+                        shared)
+        except ValueError:
+            continue
+        cost = _weighted_cost(alone, samples, repeats, weights, shared)
+        if cost <= (1 + SWITCH_COST) * mixed and (best is None or cost < best[0]):
+            best = (cost, alone)
+    if best is None:
+        return buckets
+    for b in best[1]:
+        b.why += (f"; {libraries.get(b.way, b.way)} alone costs {best[0] / mixed:.3f}x the plan "
+                  f"switching libraries, within {1 + SWITCH_COST:.2f}x: one library kept")
+    return best[1]
+
+
 def plan_buckets(samples: Sequence[Sample], lo: int, hi: int, repeats: float,
                  one_axis: bool, limit_s: float = WARM_LIMIT_S,
                  request_points: Sequence[tuple[int, ...]] = (),
-                 shared: Mapping[str, float] | None = None) -> list[Bucket]:
+                 shared: Mapping[str, float] | None = None,
+                 libraries: Mapping[str, str] | None = None,
+                 weights: Mapping[int, float] | None = None) -> list[Bucket]:
     """The buckets of a range. With one ranged axis and every bucket of the medians' cut
     warmable within ``limit_s`` and :data:`WARM_MAX_SHAPES` (each way run once at every size
     when the plan loads), that
     cut, every bucket warm: no request then meets a shape for the first time, and medians
     alone decide. Otherwise the cut that charges first runs (:func:`cut` with ``repeats``),
     warming the cheapest buckets that fit in ``limit_s`` (one axis), or the shapes of the
-    user's requests (``request_points``) while they fit (several axes)."""
+    user's requests (``request_points``) while they fit (several axes). With ``libraries``
+    (way -> library), a cut on one library is kept when it costs little more
+    (:func:`one_library`)."""
+    def cut_(rep: float) -> list[Bucket]:
+        got = cut(samples, lo, hi, rep, shared=shared)
+        if libraries:
+            got = one_library(got, samples, lo, hi, rep, libraries, weights or {}, shared)
+        return got
+
     if one_axis:
-        warm = cut(samples, lo, hi, math.inf, shared=shared)
+        warm = cut_(math.inf)
         if (sum(warm_cost_s(b, samples, shared) for b in warm) <= limit_s
                 and sum(_shapes(b, shared) for b in warm) <= WARM_MAX_SHAPES):
             for b in warm:
                 b.warm = True
             return warm
-    buckets = cut(samples, lo, hi, repeats, shared=shared)
+    if not one_axis and request_points:
+        wanted = {tuple(p) for p in request_points}
+        at = [s for s in samples if s.point in wanted]
+        cost = sum(max(s.first_ms.values(), default=0.0) for s in at) / 1e3
+        if cost <= limit_s and len(wanted) <= WARM_MAX_SHAPES:
+            for s in at:
+                s.warmed = True
+    buckets = cut_(repeats)
     spent = 0.0
     if one_axis:
         shapes = 0

@@ -231,7 +231,10 @@ def tune_range(
     try:
         buckets = plan_buckets(samples, small_size, large_size, repeats,
                                len(shape_range.axes) == 1, warm_limit_s, list(by_point),
-                               {w: float(split_name(w)[1]) for w in runners if split_name(w)[1]})
+                               {w: float(split_name(w)[1]) for w in runners if split_name(w)[1]},
+                               {w: ways[split_name(w)[0]].backend for w in runners},
+                               _weights(samples, [shape_range.size(p) for p in _points(
+                                   requests, shape_range, declared)], small_size, large_size))
     except ValueError as exc:
         raise TuningError(f"the range {shape_range.text()} cannot be planned: {exc}") from None
     if target is not None:
@@ -316,6 +319,30 @@ def _declared(path: str) -> list:
     except Exception as exc:
         raise ArgumentError(f"cannot read the model {path}: {exc}") from None
     return declared_inputs(proto)
+
+
+def _points(requests: Sequence[Feeds], shape_range: ShapeRange, declared: Sequence[Any]) -> list:
+    """The shapes (as :data:`ShapeSet`) of the requests inside the range."""
+    out = []
+    for feeds in requests:
+        got = shape_set({k: np.shape(v) for k, v in feeds.items()}, [d.name for d in declared])
+        if shape_range.contains(got):
+            out.append(got)
+    return out
+
+
+def _weights(samples: Sequence[Sample], sizes: Sequence[int], lo: int, hi: int) -> dict[int, float]:
+    """Per sample size, how many requests it stands for (those between the midpoints to its
+    neighbours); 1 each without requests."""
+    if not sizes:
+        return {}
+    ordered = sorted(s.size for s in samples)
+    out = {}
+    for k, size in enumerate(ordered):
+        a = lo if k == 0 else (ordered[k - 1] + size) // 2 + 1
+        b = hi if k == len(ordered) - 1 else (size + ordered[k + 1]) // 2
+        out[size] = float(sum(1 for x in sizes if a <= x <= b))
+    return out
 
 
 def _alignment(points: Sequence[tuple[int, ...]]) -> list[int]:
