@@ -148,9 +148,10 @@ def test_one_library_is_kept_when_switching_libraries_buys_little():
     assert [b.way for b in mixed] == ["ort", "ov"]
     kept = one_library(mixed, near, 1, 128, 4, libraries, {1: 1.0, 64: 1.0, 128: 1.0})
     assert [b.way for b in kept] == ["ov"] and "one library kept" in kept[0].why
-    # weighted by the requests: most of them short, where onnxruntime is far ahead
+    # weighted by the requests: with ten short ones per long one, each library alone costs
+    # 8% (openvino) and 12% (onnxruntime) more than the split
     assert [b.way for b in one_library(mixed, near, 1, 128, 4, libraries,
-                                       {1: 50.0, 64: 1.0, 128: 1.0})] == ["ort", "ov"]
+                                       {1: 10.0, 64: 1.0, 128: 1.0})] == ["ort", "ov"]
     far = [fake(1, {"ort": 1.0, "ov": 3.0}), fake(128, {"ort": 12.0, "ov": 10.0})]
     split = cut(far, 1, 128, repeats=4)
     assert [b.way for b in one_library(split, far, 1, 128, 4, libraries, {})] == ["ort", "ov"]
