@@ -47,15 +47,27 @@ class RawInferClient:
         timeout_s: seconds a connection or an answer may take.
     """
 
-    def __init__(self, address: str, model: str, feeds: Mapping[str, np.ndarray],
+    def __init__(self, address: str, model: str,
+                 feeds: Mapping[str, np.ndarray] | Sequence[Mapping[str, np.ndarray]],
                  outputs: Sequence[str], timeout_s: float) -> None:
-        import tritonclient.http as httpclient
-        from tritonclient.utils import np_to_triton_dtype
-
         host, _, port = address.rpartition(":")
         self.address = (host, int(port))
         self.timeout_s = timeout_s
         self.outputs = list(outputs)
+        # several requests (mixed shapes): encoded once each, sent in turn
+        every = [feeds] if isinstance(feeds, Mapping) else list(feeds)
+        self.requests = [self._encode(address, model, f) for f in every]
+        self.request = self.requests[0]
+        self._turn = 0
+        self._sock: socket.socket | None = None
+        self._buffer = bytearray(1 << 16)
+        self._view = memoryview(self._buffer)
+
+    def _encode(self, address: str, model: str, feeds: Mapping[str, np.ndarray]) -> bytes:
+        """One request's bytes, as Triton's client writes them."""
+        import tritonclient.http as httpclient
+        from tritonclient.utils import np_to_triton_dtype
+
         inputs = []
         for name, array in feeds.items():
             tensor = httpclient.InferInput(name, list(array.shape),
@@ -69,13 +81,13 @@ class RawInferClient:
                 f"Content-Length: {len(body)}"]
         if json_size is not None:  # as Triton's client: no content type
             head.append(f"Inference-Header-Content-Length: {json_size}")
-        self.request = ("\r\n".join(head) + "\r\n\r\n").encode() + body
-        self._sock: socket.socket | None = None
-        self._buffer = bytearray(1 << 16)
-        self._view = memoryview(self._buffer)
+        return ("\r\n".join(head) + "\r\n\r\n").encode() + body
 
     def send(self) -> str | None:
-        """One request; ``None`` when answered with the outputs, else the error's text."""
+        """One request (the next of several, in turn); ``None`` when answered with the
+        outputs, else the error's text."""
+        self.request = self.requests[self._turn % len(self.requests)]
+        self._turn += 1
         try:
             sock = self._connected()
             sock.sendall(self.request)

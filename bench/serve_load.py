@@ -241,14 +241,23 @@ def _check(threads: int, duration_s: float, max_requests: int, warmup_s: float,
 
 def _senders(url: str, model: str, feeds: Mapping[str, np.ndarray] | None,
              shapes: Mapping[str, Sequence[int]] | None, count: int, timeout_s: float,
-             seed: int, client: str = "raw") -> list[Any]:
+             seed: int, client: str = "raw",
+             requests: Sequence[Mapping[str, np.ndarray]] = ()) -> list[Any]:
     if client not in CLIENTS:
         raise LoadError(f"unknown client {client!r}; the clients are {', '.join(CLIENTS)}")
     url = loopback_url(url)
     meta = metadata(url, model, timeout_s)
-    if feeds is None:
+    if feeds is None and not requests:
         feeds = random_feeds(meta, shapes, seed)
     outputs = [t["name"] for t in meta.get("outputs", [])]
+    if requests:  # mixed shapes: every thread sends them all in turn, from its own offset
+        if client != "raw":
+            raise LoadError("mixed requests go with the raw client (each encoded once)")
+        from bench.raw_infer_client import RawInferClient
+
+        n = len(requests)
+        return [RawInferClient(url, model, [requests[(k * n // count + j) % n] for j in range(n)],
+                               outputs, timeout_s) for k in range(count)]
     if client == "raw":
         from bench.raw_infer_client import RawInferClient
 
@@ -274,14 +283,18 @@ def _report(mode: str, model: str, concurrency: int, rate: float | None,
 def run_closed(url: str, model: str, concurrency: int, duration_s: float, max_requests: int,
                *, warmup_s: float = 1.0, feeds: Mapping[str, np.ndarray] | None = None,
                shapes: Mapping[str, Sequence[int]] | None = None, timeout_s: float = 60.0,
-               seed: int = 0, client: str = "raw") -> LoadReport:
+               seed: int = 0, client: str = "raw",
+               requests: Sequence[Mapping[str, np.ndarray]] = ()) -> LoadReport:
     """``concurrency`` threads, one request in flight each, for ``warmup_s`` (not counted) then
     ``duration_s`` seconds or ``max_requests`` requests completed in the window, whichever
     comes first (see the module docstring). ``feeds`` default to :func:`random_feeds` of the
-    model's metadata (``shapes`` for its symbolic dimensions). A thread stops at the end of the
-    window; a request then in flight is finished (at most ``timeout_s``) and not counted."""
+    model's metadata (``shapes`` for its symbolic dimensions); ``requests`` (feeds of mixed
+    shapes) are sent by every thread in turn instead, each from its own offset. A thread stops
+    at the end of the window; a request then in flight is finished (at most ``timeout_s``)
+    and not counted."""
     _check(concurrency, duration_s, max_requests, warmup_s)
-    senders = _senders(url, model, feeds, shapes, concurrency, timeout_s, seed, client)
+    senders = _senders(url, model, feeds, shapes, concurrency, timeout_s, seed, client,
+                       requests)
     lock = threading.Lock()
     records: list[list[Record]] = [[] for _ in range(concurrency)]
     state = {"counted": 0}

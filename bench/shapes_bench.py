@@ -81,8 +81,8 @@ def table(results: dict[str, list[dict[str, Any]]]) -> str:
     libs = [w for w in results if w != "plan"]
     best2 = min((_median(results[w], 1, "seconds") for w in libs), default=None)
     rows = ["| way | first pass s | x onnxruntime | p50 ms | p99 ms | p99 x onnxruntime | "
-            "second pass s | x onnxruntime | x faster library | plan load s |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+            "second pass s | x onnxruntime | x faster library | plan load s | peak RSS MB |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for way, rounds in results.items():
         first, second = _median(rounds, 0, "seconds"), _median(rounds, 1, "seconds")
         p99 = _median(rounds, 0, "p99_ms")
@@ -92,8 +92,10 @@ def table(results: dict[str, list[dict[str, Any]]]) -> str:
         rb = f"{second / best2:.2f}" if best2 else "-"
         loads = [r.get("load_s") for r in rounds if r.get("load_s") is not None]
         load = f"{statistics.median(loads):.2f}" if loads else "-"
+        rss = [r.get("max_rss_mb") for r in rounds if r.get("max_rss_mb") is not None]
+        peak = f"{statistics.median(rss):.0f}" if rss else "-"
         rows.append(f"| {way} | {first:.3f} | {r1} | {_median(rounds, 0, 'p50_ms'):.2f} | "
-                    f"{p99:.2f} | {rp} | {second:.3f} | {r2} | {rb} | {load} |")
+                    f"{p99:.2f} | {rp} | {second:.3f} | {r2} | {rb} | {load} | {peak} |")
     return "\n".join(rows)
 
 
@@ -106,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--tune-budget", type=float, default=None, metavar="S")
     parser.add_argument("--tune-shape", default="input_ids=1x128")
+    parser.add_argument("--tune-args", default="", metavar="'ARGS'",
+                        help="more options for opdispatch tune (e.g. '--warm-max-shapes 701')")
     parser.add_argument("--tune-accuracy", default=None, metavar="METRIC:BUDGET",
                         help="tune with this accuracy budget on the requests (a range plan may "
                              "then take reduced precision per bucket)")
@@ -131,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
                 cmd += ["--data", str(args.data)]
             if args.tune_accuracy:
                 cmd += ["--accuracy", args.tune_accuracy]
+            cmd += args.tune_args.split()
             proc = _run(cmd)
             if proc.returncode != 0:
                 raise SystemExit(f"tuning failed: {proc.stderr[-2000:]}")

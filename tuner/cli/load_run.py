@@ -152,6 +152,13 @@ def _report(args: argparse.Namespace, what: str, result: Any) -> int:
     return 0
 
 
+def _max_rss_mb() -> float:
+    """The process's peak resident memory so far, in MB (Linux reports kB)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def replays(args: argparse.Namespace) -> bool:
     """Whether ``opdispatch run`` replays ``--data`` (given without ``--accuracy``)."""
     return getattr(args, "data", None) is not None and getattr(args, "accuracy", None) is None
@@ -194,6 +201,7 @@ def run_replay(args: argparse.Namespace, session: Callable[[], Any]) -> int:
     print(f"{what}\n" + "\n".join(p.describe() for p in passes), file=human)
     _write_json(args, {"model": args.model, "what": what, "data": str(args.data),
                        "load_s": None if sess is None else round(sess.load_seconds, 4),
+                       "max_rss_mb": round(_max_rss_mb(), 1),
                        "passes": pass_dicts(passes)})
     failed = [p for p in passes if p.errors]
     if failed:

@@ -83,6 +83,8 @@ def cmd_tune_range(args: argparse.Namespace, spec: dict[str, list[Any]],
     if args.accuracy is not None and args.data is None:
         raise UsageError("--accuracy checks each bucket's reduced precision on your requests of "
                          "its sizes: give them with --data REQUESTS")
+    if args.warm_max_shapes is not None and args.warm_max_shapes < 0:
+        raise UsageError(f"--warm-max-shapes takes a count >= 0, received {args.warm_max_shapes}")
     if args.warm_limit is not None and not args.warm_limit >= 0:
         raise UsageError(f"--warm-limit takes seconds >= 0 (0: warm nothing), received "
                          f"{args.warm_limit:g}")
@@ -112,7 +114,9 @@ def cmd_tune_range(args: argparse.Namespace, spec: dict[str, list[Any]],
                             registry=registry, log=lambda msg: print(msg, flush=True),
                             range_from=source,
                             **({} if args.warm_limit is None else
-                               {"warm_limit_s": args.warm_limit}))
+                               {"warm_limit_s": args.warm_limit}),
+                            **({} if args.warm_max_shapes is None else
+                               {"warm_max_shapes": args.warm_max_shapes}))
     except ArgumentError as exc:
         raise UsageError(str(exc)) from None
     print(result.summary())

@@ -196,7 +196,8 @@ def plan_buckets(samples: Sequence[Sample], lo: int, hi: int, repeats: float,
                  request_points: Sequence[tuple[int, ...]] = (),
                  shared: Mapping[str, float] | None = None,
                  libraries: Mapping[str, str] | None = None,
-                 weights: Mapping[int, float] | None = None) -> list[Bucket]:
+                 weights: Mapping[int, float] | None = None,
+                 max_shapes: int = WARM_MAX_SHAPES) -> list[Bucket]:
     """The buckets of a range. With one ranged axis and every bucket of the medians' cut
     warmable within ``limit_s`` and :data:`WARM_MAX_SHAPES` (each way run once at every size
     when the plan loads), that
@@ -215,7 +216,7 @@ def plan_buckets(samples: Sequence[Sample], lo: int, hi: int, repeats: float,
     if one_axis:
         warm = cut_(math.inf)
         if (sum(warm_cost_s(b, samples, shared) for b in warm) <= limit_s
-                and sum(_shapes(b, shared) for b in warm) <= WARM_MAX_SHAPES):
+                and sum(_shapes(b, shared) for b in warm) <= max_shapes):
             for b in warm:
                 b.warm = True
             return warm
@@ -223,7 +224,7 @@ def plan_buckets(samples: Sequence[Sample], lo: int, hi: int, repeats: float,
         wanted = {tuple(p) for p in request_points}
         at = [s for s in samples if s.point in wanted]
         cost = sum(max(s.first_ms.values(), default=0.0) for s in at) / 1e3
-        if cost <= limit_s and len(wanted) <= WARM_MAX_SHAPES:
+        if cost <= limit_s and len(wanted) <= max_shapes:
             for s in at:
                 s.warmed = True
     buckets = cut_(repeats)
@@ -232,7 +233,7 @@ def plan_buckets(samples: Sequence[Sample], lo: int, hi: int, repeats: float,
         shapes = 0
         for b in sorted(buckets, key=lambda b: warm_cost_s(b, samples, shared)):
             cost = warm_cost_s(b, samples, shared)
-            if spent + cost <= limit_s and shapes + _shapes(b, shared) <= WARM_MAX_SHAPES:
+            if spent + cost <= limit_s and shapes + _shapes(b, shared) <= max_shapes:
                 b.warm, spent, shapes = True, spent + cost, shapes + _shapes(b, shared)
         return buckets
     for point in request_points:
@@ -243,7 +244,7 @@ def plan_buckets(samples: Sequence[Sample], lo: int, hi: int, repeats: float,
         inside = [s for s in samples if s.point == tuple(point)] or \
             [s for s in samples if b.lo <= s.size <= b.hi]
         cost = _first_ms(inside, b.way) / 1e3
-        if spent + cost <= limit_s and sum(len(x.warm_points) for x in buckets) < WARM_MAX_SHAPES:
+        if spent + cost <= limit_s and sum(len(x.warm_points) for x in buckets) < max_shapes:
             b.warm_points.append([int(v) for v in point])
             spent += cost
     return buckets

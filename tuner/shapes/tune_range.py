@@ -48,7 +48,14 @@ from tuner.fingerprint import RANGE_PREFIX, PlanKey, hardware_fingerprint, softw
 from tuner.index_bounds import index_bounds
 from tuner.measure import random_input
 from tuner.shapes.accuracy import annotate, figure, judge, request_errors
-from tuner.shapes.buckets import DEFAULT_REPEATS, LOCAL_REJECTION, WARM_LIMIT_S, Sample, plan_buckets
+from tuner.shapes.buckets import (
+    DEFAULT_REPEATS,
+    LOCAL_REJECTION,
+    WARM_LIMIT_S,
+    WARM_MAX_SHAPES,
+    Sample,
+    plan_buckets,
+)
 from tuner.shapes.measure import measure_sample
 from tuner.store import PlanStore
 from tuner.store.guarded import GuardedStore
@@ -108,13 +115,15 @@ def tune_range(
     log: Callable[[str], None] | None = None,
     warm_limit_s: float = WARM_LIMIT_S,
     range_from: str = "the shapes given",
+    warm_max_shapes: int = WARM_MAX_SHAPES,
 ) -> RangeTuneResult:
     """Tune ``model`` over the range ``shapes`` (input name -> dimensions, a dimension a size
     or ``"LO..HI"``) within ``budget_s`` and store the range plan (see the module docstring).
     ``requests``: the user's requests (feeds of mixed shapes): their shapes are sampled and
     their repeats weigh a way's cost on shapes new to the process. ``warm_limit_s``: the most
     seconds the plan may spend when loaded running its ways once at shapes it would otherwise
-    meet for the first time in a request (0: none). ``range_from``: where the range came from
+    meet for the first time in a request (0: none), at most ``warm_max_shapes`` shapes (each
+    costs the library's per-shape state: memory). ``range_from``: where the range came from
     (kept in the plan's notes for the report)."""
     from dispatch.backend import load_registry
     from dispatch.graph_cache import load_graph
@@ -234,7 +243,8 @@ def tune_range(
                                {w: float(split_name(w)[1]) for w in runners if split_name(w)[1]},
                                {w: ways[split_name(w)[0]].backend for w in runners},
                                _weights(samples, [shape_range.size(p) for p in _points(
-                                   requests, shape_range, declared)], small_size, large_size))
+                                   requests, shape_range, declared)], small_size, large_size),
+                               warm_max_shapes)
     except ValueError as exc:
         raise TuningError(f"the range {shape_range.text()} cannot be planned: {exc}") from None
     if target is not None:
@@ -244,7 +254,7 @@ def tune_range(
                            {"range_from": range_from,
                             "score": "median, every bucket warmed at load" if all(
                                b.warm for b in buckets) else "median + (first run - median) / repeats",
-                            "warm_limit_s": warm_limit_s,
+                            "warm_limit_s": warm_limit_s, "warm_max_shapes": warm_max_shapes,
                             "repeats": round(repeats, 2),
                             "repeats_from": "the requests given" if by_point else "the default",
                             "reference": reference, "budget_s": budget_s,
