@@ -44,6 +44,15 @@ from tuner.serve import metrics
 from tuner.serve.batcher import DynamicBatcher, Queued
 from tuner.serve.repository import ModelSpec
 
+#: requests a plan without a serving configuration (a latency plan, a range plan) runs at once:
+#: as ``Session.run`` runs them, each on its caller's thread (its executor and the libraries'
+#: sessions take concurrent runs). Run one at a time, MiniLM's range plan served 16 clients of
+#: mixed lengths at 0.59x its in-process rate from 16 threads (AMD EPYC, 2 cores, the load
+#: generator on the same cores; a MobileNetV2 latency plan at 0.52x on another machine); 16 at
+#: once: bench/README.md, "Mixed-shape traffic". More requests wait in the queue
+#: (``max_queue``).
+LATENCY_WORKERS = 16
+
 
 class ServeError(OpDispatchError):
     """A request the model could not answer (subclasses say whose fault it is)."""
@@ -196,7 +205,7 @@ class ModelRunner:
         self.shape_range = shape_range
         plan = session.plan
         config = plan.serving_config()
-        self.workers = max(1, config.requests) if config is not None else 1
+        self.workers = max(1, config.requests) if config is not None else LATENCY_WORKERS
         ranged = plan.range_plan() if session.plan_source == "store" else None
         key = self._range_key(shape_range) if ranged is not None else None
         self.plan_info = {
@@ -287,7 +296,7 @@ class ModelRunner:
         self._run_zeros(first, base)
         plan = first.plan
         config = plan.serving_config()
-        self.workers = max(1, config.requests) if config is not None else 1
+        self.workers = max(1, config.requests) if config is not None else LATENCY_WORKERS
         key = first.plan_key
         info: dict[str, Any] = {
             "plan_source": first.plan_source,
