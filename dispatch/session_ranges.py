@@ -168,6 +168,45 @@ class RangeMixin:
             parts.append("ranges stored: " + " | ".join(stored + self._range_elsewhere))
         return "; ".join(parts)
 
+    def _tune_range(self, budget_s: float | None, options: Mapping[str, Any]) -> Any:
+        """Tune the session's range into its store and switch to the range plan."""
+        tune = getattr(self.source, "tune_range", None)
+        if self._store is False or self.store_path is None or tune is None:
+            raise ArgumentError(
+                "Session.tune: a shape range is tuned into a plan store by the tuner's plan "
+                "source; this session has none (store=False, or the tuner is not installed)")
+        if budget_s is not None and (isinstance(budget_s, bool) or not isinstance(
+                budget_s, int | float) or budget_s <= 0):
+            raise ArgumentError(f"Session.tune: budget_s must be a positive number of seconds, "
+                                f"received {budget_s!r}")
+        unknown = sorted(set(options) - {"requests"})
+        if unknown:
+            raise ArgumentError(f"Session.tune of a shape range takes budget_s and requests, "
+                                f"received {unknown}")
+        graph = self._planned_graph()
+        result = tune(self._model, store=self._store, store_path=self.store_path,
+                      shapes=self._range_spec, registry=self.registry, config=self.config,
+                      objective=self.objective, backends=self._allowed_backends(),
+                      budget_s=budget_s if budget_s is not None else self._tune_budget_s,
+                      requests=list(options.get("requests", ())))
+        self._find_ranges(graph)
+        own = self._own_range(graph)
+        if own is None:  # the store could not be written: run the tuned plan from memory
+            from dispatch.model_ways import model_file
+
+            runner = RangeRunner(result.range_plan, model_file(self._model), self.registry,
+                                 self._allowed_backends(), [v.name for v in graph.outputs],
+                                 {d.name: d.dtype for d in graph.declared})
+            runner.build()
+            self._ranges = [(-1, runner)]
+            own = self._own_range(graph)
+            assert own is not None
+        self._plan, self._runner, note = own
+        self.plan_source = "tuned"
+        self.plan_note = f"tuned by Session.tune: {note}"
+        self.tune_result = result
+        return result
+
     @property
     def stored_ranges(self) -> list[str]:
         """The ranges of the range plans this session runs (``input_ids=1x1..512 ...``)."""

@@ -77,8 +77,13 @@ class TuningMixin:
                 backends are the session's.
 
         The tuner measures and validates on random inputs of the session's (static) input
-        shapes: ``tuner.tune.tune`` takes no feeds.
+        shapes: ``tuner.tune.tune`` takes no feeds. A session given a shape range
+        (``input_shapes={"input_ids": [1, "1..512"]}``) tunes that range instead
+        (``tuner.shapes.tune_range``; ``requests=[feeds, ...]``: requests of mixed shapes whose
+        shapes are sampled) and returns its ``RangeTuneResult``.
         """
+        if getattr(self, "_range_asked", None) is not None:
+            return self._tune_range(budget_s, options)  # type: ignore[attr-defined]
         result, runner = self._run_tuner(budget_s, options)
         self._switch_to(result, runner, self._tuned_note(result, "by Session.tune"))
         return result

@@ -155,6 +155,26 @@ class StorePlanSource:
                 opened.close()
         return found
 
+    def tune_range(
+        self, model: ModelLike, *, store: Any, store_path: str, shapes: Mapping[str, Any],
+        registry: Registry, config: Config, objective: Objective | str,
+        backends: Sequence[str], budget_s: float | None, requests: Sequence[Any] = (),
+    ) -> Any:
+        """Tune the shape range ``shapes`` of ``model`` into the store
+        (:func:`tuner.shapes.tune_range.tune_range`)."""
+        from tuner.shapes.tune_range import tune_range
+
+        opened: PlanStore | None = None
+        if not isinstance(store, PlanStore) or store.readonly:
+            store = opened = PlanStore(store_path)
+        try:
+            return tune_range(model, shapes, store=store, objective=objective, backends=backends,
+                              budget_s=budget_s if budget_s is not None else config.tune_budget_s,
+                              requests=requests, config=config, registry=registry)
+        finally:
+            if opened is not None:
+                opened.close()
+
     def tune(
         self, model: ModelLike, *, store: Any, store_path: str, graph: Graph,
         registry: Registry, config: Config, input_shapes: Mapping[str, Sequence[int]] | None,

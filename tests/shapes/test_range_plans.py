@@ -12,7 +12,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from dispatch import Session
-from dispatch.errors import PlanNotFoundError
+from dispatch.errors import ArgumentError, PlanNotFoundError
 from tuner.shapes.tune_range import tune_range
 from tuner.store import PlanStore
 
@@ -248,3 +248,22 @@ def test_a_padded_way_runs_every_length_exactly(tuned, tmp_path):
         (got,) = sess.run(None, feeds)
         assert got.shape == want.shape
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_session_given_a_range_tunes_it(tmp_path):
+    model = _model(tmp_path)
+    store = str(tmp_path / "plans.sqlite")
+    sess = Session(model, store=store, backends=BACKENDS, input_shapes={"x": [1, "1..32", 8]})
+    assert sess.plan_source == "heuristic" and "no range plan is stored" in sess.plan_note
+    result = sess.tune(budget_s=2, requests=[_feeds(n) for n in (4, 9, 30)])
+    assert sess.plan_source == "tuned" and "range plan" in sess.plan_note
+    assert result.range_plan.range.text() == "x=1x1..32x8 mask=1x1..32"
+    for n in (1, 9, 32):
+        feeds = _feeds(n, seed=5)
+        (want,) = ort.InferenceSession(model).run(None, feeds)
+        np.testing.assert_allclose(sess.run(None, feeds)[0], want, rtol=1e-5, atol=1e-5)
+    again = Session(model, store=store, backends=BACKENDS, require_plan=True,
+                    input_shapes={"x": [1, "1..32", 8]})
+    assert again.plan_source == "store"
+    with pytest.raises(ArgumentError, match="takes budget_s and requests"):
+        sess.tune(budget_s=2, top_k=3)
