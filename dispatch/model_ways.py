@@ -40,6 +40,7 @@ class ModelWay:
         settings: the library settings it is built with (reported; part of the name).
         precision: ``float32``, or the reduced precision it computes in (only an accuracy
             objective may choose such a way).
+        throughput_only: see the attribute.
     """
 
     name: str
@@ -48,6 +49,9 @@ class ModelWay:
     build: Callable[[str], WayRunner]
     settings: Mapping[str, Any] = field(default_factory=dict)
     precision: str = "float32"
+    #: a set-up for many requests in flight (streams), measured only for a throughput
+    #: objective, where every way is measured under that load
+    throughput_only: bool = False
 
 
 def model_ways(registry: Registry, backends: Sequence[str]) -> dict[str, ModelWay]:

@@ -3,7 +3,8 @@ the CPU with its symbolic dimensions dynamic (OpenVINO prepares kernels per shap
 sight and caches them), in float32 (``INFERENCE_PRECISION_HINT f32``: a float32 plan never
 computes in bf16 behind the user's back), under the latency hint, one infer request; for an
 accuracy objective, the same in bfloat16 (OpenVINO's own default on CPUs with BF16), which only a
-bucket whose requests stay within the budget takes."""
+bucket whose requests stay within the budget takes; for a throughput objective, the throughput
+hint with a pool of infer requests."""
 
 from __future__ import annotations
 
@@ -37,6 +38,34 @@ def _build_latency(model_path: str, precision: str = "f32") -> WayRunner:
     return run
 
 
+def _build_throughput(model_path: str) -> WayRunner:
+    """OpenVINO's throughput hint (its own streams splitting the cores) and as many infer
+    requests as it advises: a caller takes a free one, runs, gives it back."""
+    import queue
+
+    from impls.openvino.region import core
+
+    config = {"PERFORMANCE_HINT": "THROUGHPUT", "INFERENCE_PRECISION_HINT": "f32"}
+    if SETTINGS["threads"]:
+        config["INFERENCE_NUM_THREADS"] = int(SETTINGS["threads"])
+    compiled = core().compile_model(model_path, "CPU", config)
+    count = max(1, int(compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS")))
+    free: queue.SimpleQueue = queue.SimpleQueue()
+    for _ in range(count):
+        free.put(compiled.create_infer_request())
+    outputs = list(compiled.outputs)
+
+    def run(feeds: Mapping[str, np.ndarray]) -> Sequence[np.ndarray]:
+        request = free.get()
+        try:
+            result = request.infer(dict(feeds), share_inputs=True, share_outputs=True)
+            return [np.array(result[o], copy=True) for o in outputs]
+        finally:
+            free.put(request)
+
+    return run
+
+
 def ways() -> list[ModelWay]:
     """The ways this backend offers."""
     return [ModelWay("openvino-latency", "openvino",
@@ -48,4 +77,10 @@ def ways() -> list[ModelWay]:
                      "(OpenVINO's default on CPUs with BF16), dynamic dimensions, one infer "
                      "request", lambda path: _build_latency(path, "bf16"),
                      {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": "bf16"},
-                     precision="bf16")]
+                     precision="bf16"),
+            ModelWay("openvino-throughput", "openvino",
+                     "OpenVINO CPU, PERFORMANCE_HINT THROUGHPUT (its streams), float32, dynamic "
+                     "dimensions, its advised number of infer requests shared by the callers",
+                     _build_throughput,
+                     {"PERFORMANCE_HINT": "THROUGHPUT", "INFERENCE_PRECISION_HINT": "f32"},
+                     throughput_only=True)]

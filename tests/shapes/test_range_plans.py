@@ -267,3 +267,23 @@ def test_a_session_given_a_range_tunes_it(tmp_path):
     assert again.plan_source == "store"
     with pytest.raises(ArgumentError, match="takes budget_s and requests"):
         sess.tune(budget_s=2, top_k=3)
+
+
+def test_a_throughput_objective_measures_every_way_under_its_load(tmp_path):
+    model = _model(tmp_path)
+    store = str(tmp_path / "plans.sqlite")
+    result = tune_range(model, {"x": [1, "1..64", 8]}, store=store, budget_s=3,
+                        objective="throughput@n=2")
+    ranged = result.range_plan
+    assert ranged.notes["concurrency"] == 2 and "2 in flight" in ranged.notes["figure"]
+    assert result.key.objective == "throughput@n=2"
+    if "openvino" in {w.split("-")[0] for w in ranged.ways}:
+        assert "openvino-throughput" in ranged.ways  # offered for this objective only
+    sess = Session(model, store=store, objective="throughput@n=2", require_plan=True,
+                   input_shapes={"x": [1, "1..64", 8]})
+    for n in (2, 40):
+        feeds = _feeds(n)
+        (want,) = ort.InferenceSession(model).run(None, feeds)
+        np.testing.assert_allclose(sess.run(None, feeds)[0], want, rtol=1e-5, atol=1e-5)
+    latency = tune_range(model, {"x": [1, "1..64", 8]}, store=store, budget_s=1)
+    assert "openvino-throughput" not in latency.range_plan.ways

@@ -99,7 +99,8 @@ def cmd_tune_range(args: argparse.Namespace, spec: dict[str, list[Any]],
         except (ReplayError, ArgumentError) as exc:
             raise UsageError(str(exc)) from None
     try:
-        objective = Objective.parse(args.objective)
+        objective = Objective(args.objective, concurrency=args.concurrency,
+                              p99_ms=args.max_latency_ms)
         if args.accuracy is not None:
             metric, limit = parse_accuracy(args.accuracy)
             objective = objective.replace(

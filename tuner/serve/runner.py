@@ -207,6 +207,8 @@ class ModelRunner:
         config = plan.serving_config()
         self.workers = max(1, config.requests) if config is not None else LATENCY_WORKERS
         ranged = plan.range_plan() if session.plan_source == "store" else None
+        if ranged is not None and ranged.notes.get("concurrency"):  # a throughput range plan
+            self.workers = int(ranged.notes["concurrency"])
         key = self._range_key(shape_range) if ranged is not None else None
         self.plan_info = {
             "objective": settings.objective, "untuned": settings.allow_untuned,

@@ -55,11 +55,13 @@ def disagreement(got: Sequence[np.ndarray], want: Sequence[np.ndarray],
 def measure_sample(point: tuple[int, ...], size: int, feeds: Feeds,
                    runners: Mapping[str, WayRunner], reference: str, names: Sequence[str],
                    seconds: float, clock: Callable[[], float] = time.perf_counter,
-                   approximate: Sequence[str] = ()) -> Sample:
+                   approximate: Sequence[str] = (), concurrency: int = 1) -> Sample:
     """Every way of ``runners`` at one sample shape within about ``seconds``; ``reference``
     names the way whose outputs the others must match, except the ``approximate`` ones
     (reduced precision: judged on the user's requests against a budget instead,
-    :mod:`tuner.shapes.accuracy`)."""
+    :mod:`tuner.shapes.accuracy`). With ``concurrency`` above 1 (a throughput objective),
+    each way's figure is the time per request it sustains with that many in flight
+    (:func:`_under_load`)."""
     sample = Sample(point, size)
     outputs: dict[str, Sequence[np.ndarray]] = {}
     for way, run in runners.items():
@@ -78,6 +80,8 @@ def measure_sample(point: tuple[int, ...], size: int, feeds: Feeds,
         if why:
             sample.rejected[way] = f"wrong outputs: {why}"
     live = [w for w in outputs if w not in sample.rejected]
+    if concurrency > 1:
+        return _under_load(sample, runners, live, feeds, concurrency, seconds)
     times: dict[str, list[float]] = {w: [] for w in live}
     end = clock() + seconds
     for rnd in range(MAX_ROUNDS):
@@ -93,4 +97,31 @@ def measure_sample(point: tuple[int, ...], size: int, feeds: Feeds,
                 times[way].append((clock() - t0) * 1e3)
     for way, ts in times.items():
         sample.ms[way] = statistics.median(ts)
+    return sample
+
+
+def _under_load(sample: Sample, runners: Mapping[str, WayRunner], live: Sequence[str],
+                feeds: Feeds, concurrency: int, seconds: float) -> Sample:
+    """Each way of ``live`` run from ``concurrency`` threads at once, one after the other, for
+    its share of ``seconds`` (:func:`tuner.throughput.load.run_load`); its figure is ``1000 /
+    throughput``: milliseconds per request at that load, so that the cut compares ways as it
+    does latencies."""
+    from tuner.throughput.load import run_load
+
+    share = max(0.05, seconds / max(1, len(live)))
+    for way in live:
+        run = runners[way]
+        time.sleep(SETTLE_S)
+        try:
+            got = run_load(lambda _k, run=run: run(feeds), concurrency, share,
+                           warmup_s=min(0.1, share / 2))
+        except Exception as exc:  # a way that fails under load is rejected here
+            sample.rejected[way] = f"under load: {type(exc).__name__}: {exc}"
+            continue
+        if got.errors or not got.throughput:
+            sample.rejected[way] = f"under load: {got.error or 'no request completed'}"
+            continue
+        sample.ms[way] = 1e3 / got.throughput
+        # under load the figure is a rate: a first run's excess over it is no cost per shape
+        sample.first_ms[way] = sample.ms[way]
     return sample

@@ -131,11 +131,13 @@ def tune_range(
     t_start = time.monotonic()
     say = log or (lambda _msg: None)
     objective = Objective.parse(objective).resolved()
-    if objective.name != "latency" or objective.memory_cap is not None or objective.nonstrict_nan:
+    if (objective.name not in ("latency", "throughput") or objective.memory_cap is not None
+            or objective.nonstrict_nan or objective.p99_ms is not None):
         raise TuningError(
-            f"a shape range is tuned for the latency objective (with an accuracy budget or "
-            f"without), received objective {objective}; tune the shapes of other objectives "
-            f"one by one (--shape NAME=1x128)")
+            f"a shape range is tuned for the latency or the throughput objective (with an "
+            f"accuracy budget or without, no p99 bound), received objective {objective}; tune "
+            f"the shapes of other objectives one by one (--shape NAME=1x128)")
+    concurrency = objective.concurrency or 1
     target = objective.accuracy
     if target is not None and not requests:
         raise TuningError(
@@ -149,7 +151,8 @@ def tune_range(
         if status.available and configure is not None:
             configure(config)
     ways = {n: w for n, w in model_ways(registry, backends).items()
-            if w.precision == "float32" or target is not None}
+            if (w.precision == "float32" or target is not None)
+            and (concurrency > 1 or not w.throughput_only)}
     if not ways:
         raise TuningError(
             "no available backend runs a whole model with dynamic dimensions (onnxruntime, "
@@ -199,13 +202,18 @@ def tune_range(
     approximate = [w for w in runners if ways[split_name(w)[0]].precision != "float32"]
     samples: list[Sample] = []
     unrunnable: list[str] = []
+    skipped: list[tuple[int, ...]] = []
     for k, point in enumerate(points):
         left = budget_s - (time.monotonic() - t_start)
+        if left <= 0 and len(samples) >= 1 and k < len(points) - 1:
+            skipped.append(point)  # over budget: only the large end is still measured
+            continue
         share = max(0.05, 0.9 * left / (len(points) - k))
         concrete = shape_range.at(point)
         feeds = by_point.get(point) or random_feeds(concrete)
         sample = measure_sample(point, int(np.prod(point)) if point else 1, feeds, runners,
-                                reference, names, share, approximate=approximate)
+                                reference, names, share, approximate=approximate,
+                                concurrency=concurrency)
         for way, why in list(sample.rejected.items()):
             if split_name(way)[1] and why.startswith("wrong outputs"):
                 sample.rejected[way] = ("padding changes the outputs at the real positions: "
@@ -252,6 +260,9 @@ def tune_range(
     range_plan = RangePlan(shape_range, buckets,
                            {n: _describe(n, ways) for n in runners},
                            {"range_from": range_from,
+                            **({"concurrency": concurrency,
+                                "figure": f"ms per request with {concurrency} in flight"}
+                               if concurrency > 1 else {}),
                             "score": "median, every bucket warmed at load" if all(
                                b.warm for b in buckets) else "median + (first run - median) / repeats",
                             "warm_limit_s": warm_limit_s, "warm_max_shapes": warm_max_shapes,
@@ -261,6 +272,8 @@ def tune_range(
                             "samples_from_requests": len(data_points),
                             **({"aligned_to": list(align)} if any(a > 1 for a in align) else {}),
                             **({"unrunnable": unrunnable} if unrunnable else {}),
+                            **({"skipped_over_budget": [list(p) for p in skipped]}
+                               if skipped else {}),
                             **({"padding": padding} if padding else {})})
     plan = Plan(graph.name, [], [], provenance={
         "tuned_at": time.strftime("%Y-%m-%dT%H:%M:%S"), "range": shape_range.text(),
