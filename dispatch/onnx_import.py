@@ -22,6 +22,7 @@ import onnx
 from google.protobuf.message import DecodeError
 from onnx import helper
 
+from dispatch.contrib_schemas import register_for
 from dispatch.errors import (
     ModelLoadError,
     OpDispatchError,
@@ -138,6 +139,7 @@ def _check(proto: onnx.ModelProto) -> None:
                 f"{domain!r}, which the model's opset_import does not list (it lists "
                 f"{sorted(imported)}); add onnx.helper.make_opsetid({domain!r}, VERSION)"
             )
+    register_for(proto)  # onnxruntime's contrib operators (com.microsoft), when used
     checked = proto
     shapeless = [o for o in proto.graph.output if o.type.HasField("tensor_type")
                  and not o.type.tensor_type.HasField("shape")]

@@ -40,6 +40,9 @@ MODULES = (
     "control_flow",
     "recurrent",
     "quantize",
+    "contrib_activations",
+    "contrib_normalization",
+    "contrib_matmul",
 )
 
 
