@@ -23,12 +23,18 @@ from dispatch.subgraph import CONTROL_FLOW_OPS, Subgraph
 NodeReason = Callable[[Node], str | None]
 
 
-def static_node_reason(node: Node, *, dynamic_ok: bool = False) -> str | None:
-    """``None`` when ``node`` is of a standard ONNX domain and every value it reads or writes
-    has a dtype and a static shape (a region model needs both), else why not. With
+#: the domains every region backend takes: ONNX's own
+STANDARD_DOMAINS: tuple[str, ...] = ("", "ai.onnx")
+
+
+def static_node_reason(node: Node, *, dynamic_ok: bool = False,
+                       extra_ops: frozenset[str] = frozenset()) -> str | None:
+    """``None`` when ``node`` is of a standard ONNX domain (or one of ``extra_ops``, keys
+    ``domain::op_type`` of other domains' operators the backend runs) and every value it reads
+    or writes has a dtype and a static shape (a region model needs both), else why not. With
     ``dynamic_ok`` (a library that sizes tensors when it runs), shapes known only at run
     time are accepted: the region model declares them open."""
-    if node.domain not in ("", "ai.onnx"):
+    if node.domain not in STANDARD_DOMAINS and node.key_op not in extra_ops:
         return f"domain {node.domain!r} is not a standard ONNX domain"
     for v in node.inputs:
         if v is not None and (v.dtype is None or (v.shape is None and not dynamic_ok)):
@@ -256,7 +262,9 @@ def region_model(region: FusedNode, external: dict[str, np.ndarray] | None = Non
     def model(inputs: list[Any], initializers: list[Any]):
         graph = helper.make_graph(protos, "region", inputs, [info(v) for v in region.outputs], initializers)
         made = helper.make_model(graph, opset_imports=imports, producer_name="opdispatch")
-        made.ir_version = max(helper.find_min_ir_version_for(imports), 7)
+        # onnx knows the IR versions of its own domains' opsets only (not com.microsoft's)
+        standard = [i for i in imports if i.domain in STANDARD_DOMAINS]
+        made.ir_version = max(helper.find_min_ir_version_for(standard) if standard else 7, 7)
         return made
 
     inputs = [info(v) for v in region.inputs]

@@ -56,6 +56,13 @@ class OnnxRuntimeBackend(Backend):
         registry.add_table(impls)
 
     def region_refusals(self) -> dict[str, str]:
-        from impls.onnxruntime.region import UNSUPPORTED_OPS
+        from impls.onnxruntime.region import CONTRIB_REFUSED, UNSUPPORTED_OPS
 
-        return {op: "not offered to onnxruntime" for op in UNSUPPORTED_OPS}
+        return {**{op: "not offered to onnxruntime" for op in UNSUPPORTED_OPS}, **CONTRIB_REFUSED}
+
+    def region_extra_ops(self) -> frozenset[str]:
+        """The operators of other domains than ONNX's that its regions take (``domain::op``):
+        onnxruntime's contrib operators whose schemas the import knows."""
+        from impls.onnxruntime.region import CONTRIB_OPS
+
+        return CONTRIB_OPS

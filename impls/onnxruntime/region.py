@@ -36,6 +36,20 @@ impls = ImplTable("onnxruntime")
 #: default-domain ops never offered (none today; onnxruntime implements the standard set)
 UNSUPPORTED_OPS: frozenset[str] = frozenset()
 
+#: onnxruntime's contrib operators (com.microsoft) offered to it: those whose schemas the
+#: import knows (dispatch.contrib_schemas) and that its CPU provider runs (BiasSplitGelu is
+#: CUDA-only); tests/numpy/test_contrib_regions.py keeps the list in step with the schemas
+CONTRIB_OPS: frozenset[str] = frozenset(
+    f"com.microsoft::{op}" for op in (
+        "Gelu", "FastGelu", "BiasGelu", "QuickGelu", "SkipLayerNormalization",
+        "SkipSimplifiedLayerNormalization", "FusedMatMul",
+    )
+)
+#: contrib operators of the schemas not offered, with why
+CONTRIB_REFUSED: dict[str, str] = {
+    "com.microsoft::BiasSplitGelu": "onnxruntime runs BiasSplitGelu on CUDA only (no CPU kernel)",
+}
+
 
 #: OneHot's (indices, depth, values) dtypes onnxruntime's CPU provider has kernels for
 #: (measured with onnxruntime 1.32 over every numeric combination; others fail to load)
@@ -80,9 +94,20 @@ def _op_reason(node: Node) -> str | None:
     return None
 
 
+def _contrib_reason(node: Node) -> str | None:
+    """Why onnxruntime's contrib kernel of ``node`` does not compute what its definition says."""
+    if node.key_op in CONTRIB_REFUSED:
+        return CONTRIB_REFUSED[node.key_op]
+    b = node.input(1) if node.key_op == "com.microsoft::FusedMatMul" else None
+    if b is not None and (b.shape is None or len(b.shape) == 1) and node.attrs.get("transA"):
+        return ("onnxruntime's FusedMatMul with transA and a 1-D B reads A untransposed (measured "
+                "with onnxruntime 1.32: A reshaped, not transposed)")
+    return None
+
+
 def node_reason(node: Node) -> str | None:
     """``None`` when onnxruntime can run ``node``, else why not."""
-    why = static_node_reason(node, dynamic_ok=True)
+    why = _contrib_reason(node) or static_node_reason(node, dynamic_ok=True, extra_ops=CONTRIB_OPS)
     if why is None and node.op_type in UNSUPPORTED_OPS:
         return f"{node.op_type} is not offered to onnxruntime"
     return why or _op_reason(node) or region_quirks.onnxruntime_reason(node)

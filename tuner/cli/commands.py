@@ -100,27 +100,44 @@ def cmd_ops(args: argparse.Namespace) -> int:
                if st.available and any(i.backend == name and i.op == REGION_OP for i in reg.implementations)}
     ops = sorted(kernels, key=str.lower)
     if args.op:
+        # a name matches its operator in any domain (FastGelu: com.microsoft::FastGelu)
+        names = {k: {k.lower(), k.split("::")[-1].lower()} for k in kernels}
         wanted = {o.lower() for o in args.op}
-        unknown = sorted(o for o in args.op if o.lower() not in {k.lower() for k in kernels})
+        unknown = sorted(o for o in args.op if not any(o.lower() in n for n in names.values()))
         if unknown:
             raise UsageError(f"no backend implements {', '.join(unknown)}; implemented: {', '.join(ops)}")
-        ops = [o for o in ops if o.lower() in wanted]
+        ops = [o for o in ops if names[o] & wanted]
     rows = [("op", "kernels (backend: implementations)", "regions")]
     for op in ops:
         per = kernels[op]
-        accepted = [name for name, refused in regions.items() if op not in refused]
+        accepted = [name for name, refused in regions.items()
+                    if op not in refused and _region_takes(reg.backends[name].backend, op)]
         rows.append((op, ", ".join(f"{b}: {n}" for b, n in sorted(per.items())),
                      ", ".join(accepted) or "-"))
     print(table(rows, max_width=70))
     fused = sorted({i.op for i in reg.implementations if "+" in i.op})
-    print(f"\n{len(ops)} operator(s) of ONNX's default domain, opsets {MIN_OPSET} to "
-          f"{onnx_newest_opset()}; fused patterns: {', '.join(fused) or '(none)'}")
+    domains: dict[str, int] = {}
+    for op in ops:
+        domain = op.split("::")[0] if "::" in op else ""
+        domains[domain] = domains.get(domain, 0) + 1
+    others = "".join(f", {n} of domain {d}" for d, n in sorted(domains.items()) if d)
+    print(f"\n{domains.get('', 0)} operator(s) of ONNX's default domain, opsets {MIN_OPSET} to "
+          f"{onnx_newest_opset()}{others}; fused patterns: {', '.join(fused) or '(none)'}")
     refusals = {(b, op): why for b, refused in regions.items() for op, why in refused.items()}
     if refusals and args.verbose:
         print("\nnever accepted in a region:")
         for (b, op), why in sorted(refusals.items()):
             print(f"  {b}: {op}: {why}")
     return 0
+
+
+def _region_takes(backend: object, op: str) -> bool:
+    """Whether a region backend's regions may take operator ``op`` (a registry key): every
+    one of ONNX's default domain, of other domains only those it names (``region_extra_ops``)."""
+    if "::" not in op:
+        return True
+    extra = getattr(backend, "region_extra_ops", None)
+    return callable(extra) and op in extra()
 
 
 def onnx_newest_opset() -> int:

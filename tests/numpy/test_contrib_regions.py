@@ -1,0 +1,66 @@
+"""onnxruntime regions take the contrib operators onnxruntime runs as defined (issue 52), and
+``opdispatch ops`` lists the com.microsoft domain with the backends that run each operator."""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+import pytest
+
+from dispatch.contrib_schemas import MS_DOMAIN, SCHEMAS
+from dispatch.onnx_import import import_model
+from tests.numpy.contrib_support import one_node_model, run_ours
+
+RNG = np.random.default_rng(520000)
+
+
+def rand(*shape: int) -> np.ndarray:
+    return np.asarray(RNG.standard_normal(shape), dtype=np.float32)
+
+
+def test_every_contrib_schema_is_offered_to_onnxruntime_or_refused_with_why():
+    from impls.onnxruntime.region import CONTRIB_OPS, CONTRIB_REFUSED
+
+    schemas = {f"{s.domain}::{s.name}" for s in SCHEMAS if s.domain == MS_DOMAIN}
+    assert CONTRIB_OPS | set(CONTRIB_REFUSED) == schemas
+    assert not CONTRIB_OPS & set(CONTRIB_REFUSED)
+
+
+@pytest.mark.parametrize("op,inputs,attrs,refused", [
+    ("FastGelu", [("X", rand(2, 8)), ("bias", rand(8))], {}, None),
+    ("FusedMatMul", [("A", rand(2, 4, 5)), ("B", rand(5, 6))], {"alpha": 2.0}, None),
+    ("FusedMatMul", [("A", rand(5, 4)), ("B", rand(5))], {"transA": 1}, "reads A untransposed"),
+    ("BiasSplitGelu", [("X", rand(1, 2, 8)), ("bias", rand(8))], {}, "CUDA only"),
+    ("Attention", [("X", rand(2, 8))], {}, "not a standard ONNX domain"),
+])
+def test_onnxruntime_node_reasons(op, inputs, attrs, refused):
+    from impls.onnxruntime.region import node_reason
+
+    graph = import_model(one_node_model(op, inputs, ["Y"], attrs))
+    why = node_reason(graph.nodes[0])
+    if refused is None:
+        assert why is None
+    else:
+        assert why is not None and refused in why
+
+
+def test_a_refused_contrib_node_runs_on_the_reference_in_a_default_session():
+    a, b = rand(2, 5, 4), rand(5)
+    model = one_node_model("FusedMatMul", [("A", a), ("B", b)], ["Y"], {"transA": 1})
+    (y,) = run_ours(model, {"A": a, "B": b}, backends=None)
+    np.testing.assert_allclose(y, np.swapaxes(a, -1, -2) @ b, rtol=1e-5, atol=1e-5)
+
+
+def test_ops_lists_the_contrib_domain(capsys):
+    from tuner.cli.commands import cmd_ops
+
+    assert cmd_ops(argparse.Namespace(op=["FastGelu", "BiasSplitGelu", "SimplifiedLayerNormalization"],
+                                      verbose=True, plugin_path=None)) == 0
+    out = capsys.readouterr().out
+    rows = {line.split()[0]: line for line in out.splitlines() if line.startswith(("com.", "Simpl"))}
+    assert "numpy: 1" in rows["com.microsoft::FastGelu"] and "onnxruntime" in rows["com.microsoft::FastGelu"]
+    assert rows["com.microsoft::BiasSplitGelu"].split()[-1] == "-"
+    assert "onnxruntime" in rows["SimplifiedLayerNormalization"]
+    assert "1 operator(s) of ONNX's default domain" in out and "2 of domain com.microsoft" in out
+    assert "onnxruntime: com.microsoft::BiasSplitGelu: onnxruntime runs BiasSplitGelu on CUDA only" in out
