@@ -20,7 +20,7 @@ another domain's ``FastGelu``.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -307,6 +307,15 @@ def register_for(proto: Any) -> None:
     once per process."""
     if uses_contrib(proto):
         register_all()
+
+
+def register_for_ops(ops: Iterable[tuple[str, str]]) -> None:
+    """Register the contrib schemas with onnx when one of the (domain, op_type) ``ops`` is a
+    contrib operator (a region of a graph read from the graph cache); once per process."""
+    for domain, op in ops:
+        if domain == MS_DOMAIN or (domain in ("", "ai.onnx") and op in DEFAULT_DOMAIN_OPS):
+            register_all()
+            return
 
 
 def register_all() -> dict[tuple[str, str], str]:

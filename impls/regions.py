@@ -216,6 +216,12 @@ def region_model(region: FusedNode, external: dict[str, np.ndarray] | None = Non
     import onnx
     from onnx import helper, numpy_helper
 
+    from dispatch.contrib_schemas import register_for_ops
+
+    # a graph from the graph cache was imported by another process: onnx's checker needs the
+    # contrib schemas registered in this one too
+    register_for_ops((n.domain, n.op_type) for n in region.nodes)
+
     inits: dict[str, Any] = {}
     stand_ins: list[Any] = []  # the large constants as graph inputs, for the checker
     protos = []

@@ -64,3 +64,36 @@ def test_ops_lists_the_contrib_domain(capsys):
     assert "onnxruntime" in rows["SimplifiedLayerNormalization"]
     assert "1 operator(s) of ONNX's default domain" in out and "2 of domain com.microsoft" in out
     assert "onnxruntime: com.microsoft::BiasSplitGelu: onnxruntime runs BiasSplitGelu on CUDA only" in out
+
+
+def test_a_contrib_model_from_the_graph_cache_builds_its_regions(tmp_path):
+    """A second process reads the imported graph from the graph cache (onnx's schemas of the
+    contrib operators were registered by the first one only): its onnxruntime region, which
+    onnx's checker checks, still builds."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+    from pathlib import Path
+
+    import onnx
+
+    from tests.numpy.test_contrib_schemas import bert_block
+
+    root = str(Path(__file__).resolve().parents[2])
+    path = tmp_path / "block.onnx"
+    onnx.save(bert_block()[0], str(path))
+    env = dict(os.environ, OPDISPATCH_GRAPH_CACHE=str(tmp_path / "graphs"), OPDISPATCH_COMPILED_CACHE="off",
+               PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    child = textwrap.dedent("""
+        import sys
+        import numpy as np
+        from dispatch import Session
+        sess = Session(sys.argv[1], store=False, backends=["onnxruntime", "numpy"])
+        out = sess.run(None, {i.name: np.ones(i.shape, i.dtype) for i in sess.get_inputs()})
+        print(sess.graph_cached, sorted(sess.plan.backends_used()), round(float(out[0].sum()), 3))
+    """)
+    runs = [subprocess.run([sys.executable, "-c", child, str(path)], env=env, cwd=root,
+                           capture_output=True, text=True, check=True).stdout.split()
+            for _ in range(2)]
+    assert runs[0][1:] == runs[1][1:] and runs[1][:2] == ["True", "['onnxruntime']"], runs
