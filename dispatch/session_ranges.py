@@ -93,7 +93,8 @@ class RangeMixin:
             return
         found = lookup(self._store, self.store_path, graph, self.registry,
                        self._allowed_backends(), self.objective)
-        self._range_elsewhere = list(found.elsewhere) + ([found.error] if found.error else [])
+        # (a store that cannot be read is reported by the session's own lookup)
+        self._range_elsewhere = list(found.elsewhere)
         path = None
         for plan_id, plan in found.plans:
             ranged = plan.range_plan()
