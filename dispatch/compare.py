@@ -26,6 +26,11 @@ TOLERANCE: dict[str, tuple[float, float]] = {
     "Softmax": (1e-4, 1e-6),
     "LogSoftmax": (1e-4, 1e-5),
     "LayerNormalization": (1e-3, 1e-4),
+    # onnxruntime's contrib operators (dispatch.contrib_schemas), as their standard relatives
+    "com.microsoft::FusedMatMul": (1e-3, 1e-4),
+    "com.microsoft::SkipLayerNormalization": (1e-3, 1e-4),
+    "com.microsoft::SkipSimplifiedLayerNormalization": (1e-3, 1e-4),
+    "SimplifiedLayerNormalization": (1e-3, 1e-4),
     # sums of products like Conv / MatMul, normalisations like LayerNormalization (a
     # variance of 0, one element per group, scales rounding errors by 1 / sqrt(epsilon))
     "ConvTranspose": (1e-3, 1e-4),

@@ -47,7 +47,8 @@ CONTRIB_OPS: frozenset[str] = frozenset(
 )
 #: contrib operators of the schemas not offered, with why
 CONTRIB_REFUSED: dict[str, str] = {
-    "com.microsoft::BiasSplitGelu": "onnxruntime runs BiasSplitGelu on CUDA only (no CPU kernel)",
+    "com.microsoft::BiasSplitGelu": "never offered to onnxruntime, which runs BiasSplitGelu on CUDA only "
+                                    "(no CPU kernel)",
 }
 
 

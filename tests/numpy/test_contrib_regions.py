@@ -63,7 +63,8 @@ def test_ops_lists_the_contrib_domain(capsys):
     assert rows["com.microsoft::BiasSplitGelu"].split()[-1] == "-"
     assert "onnxruntime" in rows["SimplifiedLayerNormalization"]
     assert "1 operator(s) of ONNX's default domain" in out and "2 of domain com.microsoft" in out
-    assert "onnxruntime: com.microsoft::BiasSplitGelu: onnxruntime runs BiasSplitGelu on CUDA only" in out
+    assert "onnxruntime: com.microsoft::BiasSplitGelu: never offered to onnxruntime, which runs " in out
+    assert "openvino: com.microsoft::FastGelu: never offered to OpenVINO yet" in out
 
 
 def test_a_contrib_model_from_the_graph_cache_builds_its_regions(tmp_path):
@@ -97,3 +98,22 @@ def test_a_contrib_model_from_the_graph_cache_builds_its_regions(tmp_path):
                            capture_output=True, text=True, check=True).stdout.split()
             for _ in range(2)]
     assert runs[0][1:] == runs[1][1:] and runs[1][:2] == ["True", "['onnxruntime']"], runs
+
+
+@pytest.mark.parametrize("axis", [-1, -2, 1, 2])
+def test_simplified_layer_norm_in_an_openvino_session(axis):
+    """OpenVINO converts the default-domain SimplifiedLayerNormalization with a negative axis
+    only: a non-negative one runs on the reference."""
+    pytest.importorskip("openvino")
+    from dispatch import Session
+
+    x = rand(2, 3, 8)
+    scale = rand(*x.shape[axis % 3:])
+    model = one_node_model("SimplifiedLayerNormalization", [("X", x), ("scale", scale)], ["Y"],
+                           {"axis": axis}, domain="")
+    sess = Session(model, store=False, backends=["openvino", "numpy"])
+    want = "Region.openvino.compiled" if axis < 0 else "SimplifiedLayerNormalization.numpy.float64"
+    assert [s.impl for s in sess.plan.steps] == [want]
+    (y,) = sess.run(None, {"X": x, "scale": scale})
+    (ref,) = run_ours(model, {"X": x, "scale": scale})
+    np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4)

@@ -605,6 +605,7 @@ def cases(op: str, edge: str) -> list[Case]:
 
 
 # the builders of the issue-14 operators live in their own modules; importing them registers them
+from tests.reliability import cases_contrib as _cases_contrib  # noqa: E402,F401
 from tests.reliability import cases_index as _cases_index  # noqa: E402,F401
 from tests.reliability import cases_math as _cases_math  # noqa: E402,F401
 from tests.reliability import cases_quant as _cases_quant  # noqa: E402,F401

@@ -34,6 +34,7 @@ from dispatch.graph import Graph, Node
 from dispatch.onnx_import import import_model
 from dispatch.registry import STANDARD, Implementation, Registry
 from tests.native.support import registry
+from tests.reliability.cases_contrib import ORACLES as CONTRIB_ORACLES
 from tests.reliability.numerics_cases import Case, cases, with_all_outputs
 from tuner.candidates import Candidate, CandidateSet, enumerate_candidates
 from tuner.measure import _convert, reference_impl, tolerance
@@ -119,7 +120,8 @@ def _quantize64(node, x, scale, zero_point=None):
 #: log(softmax(x)): -inf where the softmax underflows (inputs ~1e30) and log-softmax is finite.
 #: Its OneHot computes hit * (on - off) + off: NaN everywhere once on or off is NaN or both are
 #: infinite, where ONNX selects on_value or off_value. An oracle takes all of the node's inputs.
-ORACLES = {"LRN": _lrn64, "LogSoftmax": _log_softmax64, "OneHot": _onehot, "QuantizeLinear": _quantize64}
+ORACLES = {"LRN": _lrn64, "LogSoftmax": _log_softmax64, "OneHot": _onehot, "QuantizeLinear": _quantize64,
+           **CONTRIB_ORACLES}  # by registry op key: onnxruntime's contrib operators, which it lacks
 
 
 def reference_env(reg: Registry, graph: Graph, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -270,11 +272,11 @@ def check_candidate(reg: Registry, p: Prepared, cand: Candidate,
     nodes = covered_nodes(cand)
     is_reference = (not cand.fused and cand.node.op_type != "Region"
                     and reference_impl(reg, cand.node) is cand.impl)
-    if is_reference and cand.node.op_type in ORACLES:
+    if is_reference and cand.node.key_op in ORACLES:
         (v,) = cand.node.outputs
         with np.errstate(all="ignore"):
             args = [p.env.get(i.name, i.const) for i in cand.node.inputs if i is not None]
-            expected = {v.name: ORACLES[cand.node.op_type](cand.node, *args)}
+            expected = {v.name: ORACLES[cand.node.key_op](cand.node, *args)}
     else:
         expected = p.onnx_values() if is_reference else p.env
     try:

@@ -31,6 +31,7 @@ import pytest
 
 from dispatch.registry import STANDARD, Implementation
 from impls import region_quirks
+from tests.reliability.cases_contrib import DIFFERENCES as CONTRIB_DIFFERENCES
 from tests.reliability.cases_index import DIFFERENCES as INDEX_DIFFERENCES
 from tests.reliability.cases_quant import DIFFERENCES as QUANT_DIFFERENCES
 from tests.reliability.numerics_cases import BUILDERS, EDGES, VALUE_EDGES
@@ -185,6 +186,7 @@ DIFFERENCES: dict[tuple[str, str, str], tuple[Tolerance, str]] = {
 # the documented differences of the issue-14 index operators live with their cases
 DIFFERENCES.update({key: (Tolerance(**kw), why) for key, (kw, why) in INDEX_DIFFERENCES.items()})
 DIFFERENCES.update({key: (Tolerance(**kw), why) for key, (kw, why) in QUANT_DIFFERENCES.items()})
+DIFFERENCES.update({key: (Tolerance(**kw), why) for key, (kw, why) in CONTRIB_DIFFERENCES.items()})
 
 #: Implementations that cannot run any case of an edge kind: (implementation glob, edge glob)
 #: -> a pattern the refusal reason of the cases it was meant for must match (other cases may be
