@@ -273,6 +273,7 @@ SCHEMAS: tuple[ContribSchema, ...] = (
 DEFAULT_DOMAIN_OPS = frozenset(s.name for s in SCHEMAS if s.domain == "")
 
 _registered: dict[tuple[str, str], str] = {}
+_lock = threading.Lock()  # sessions may import models from several threads
 
 
 def onnx_schema(spec: ContribSchema) -> Any:
@@ -322,10 +323,17 @@ def register_all() -> dict[tuple[str, str], str]:
     """Register every contrib schema with onnx (once per process); returns how each
     operator's output shapes are found, by (domain, name). A default-domain operator that
     this onnx defines itself is left to onnx."""
+    with _lock:
+        return _register_all()
+
+
+def _register_all() -> dict[tuple[str, str], str]:
+    """:func:`register_all` under its lock."""
     if _registered:
         return dict(_registered)
     import onnx
 
+    from dispatch.errors import RegistryError
     from dispatch.op_schema import register_op_schema
 
     how = "onnx schema with onnxruntime's contrib shape function"
@@ -340,7 +348,11 @@ def register_all() -> dict[tuple[str, str], str]:
             continue
         schema.set_type_and_shape_inference_function(_adapter(schema, spec.infer))
         if spec.domain == MS_DOMAIN:
-            register_op_schema(schema, owner=OWNER)
+            try:
+                register_op_schema(schema, owner=OWNER)
+            except RegistryError:  # another library registered it in this process: kept
+                _registered[key] = "defined in this process outside opdispatch"
+                continue
         else:  # ONNX's domain: register_op_schema refuses it for plugins, on purpose
             onnx.defs.register_schema(schema)
         _registered[key] = how
