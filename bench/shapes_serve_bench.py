@@ -35,10 +35,10 @@ DEFAULT_DIR = Path.home() / ".cache" / "opdispatch" / "bench-models" / "shapes"
 
 
 def _requests(model: Path, data: Path) -> list[dict[str, Any]]:
-    from tuner.cli.load_run import _declared
+    from dispatch.input_shapes import declared_in_file
     from tuner.replay import read_requests
 
-    return read_requests(data, _declared(str(model)))
+    return read_requests(data, declared_in_file(str(model)))
 
 
 def in_process(model: Path, data: Path, store: Path, concurrency: int, duration: float) -> dict:

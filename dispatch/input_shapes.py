@@ -95,6 +95,20 @@ def declared_inputs(proto: onnx.ModelProto) -> list[DeclaredInput]:
     return out
 
 
+def declared_in_file(path: str) -> list[DeclaredInput]:
+    """:func:`declared_inputs` of the model file at ``path`` (its weights left unread); raises
+    :class:`~dispatch.errors.ArgumentError` naming the file when it cannot be read."""
+    import onnx
+
+    from dispatch.errors import ArgumentError
+
+    try:
+        proto = onnx.load(path, load_external_data=False)
+    except Exception as exc:  # a missing file, or not an ONNX model
+        raise ArgumentError(f"cannot read the model {path}: {exc}") from None
+    return declared_inputs(proto)
+
+
 def is_dynamic(declared: Iterable[DeclaredInput]) -> bool:
     """Whether some input leaves a dimension open (so more than one shape can be fed)."""
     return any(d.symbolic for d in declared)

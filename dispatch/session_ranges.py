@@ -135,9 +135,8 @@ class RangeMixin:
         the per-shape sessions of shapes no range covers, builds none)."""
         from dispatch.plan import Plan
 
-        shapes = tuple((v.name, tuple(int(d) for d in (v.shape or ()))) for v in graph.inputs)
         for plan_id, runner in self._ranges:
-            if runner.covers(shapes):
+            if runner.covers(self._own_shapes):
                 for _, each in self._ranges:
                     each.build()
                 ranged = runner.plan

@@ -169,6 +169,7 @@ def run_replay(args: argparse.Namespace, session: Callable[[], Any]) -> int:
     (``session()`` makes the Session) or with ``--library`` a plain library
     (:mod:`tuner.replay`)."""
     from dispatch.errors import ArgumentError, OpDispatchError
+    from dispatch.input_shapes import declared_in_file
     from tuner.replay import LIBRARIES, library_call, pass_dicts, read_requests, replay
 
     human = sys.stderr if args.json == "-" else sys.stdout
@@ -178,7 +179,7 @@ def run_replay(args: argparse.Namespace, session: Callable[[], Any]) -> int:
             if args.library not in LIBRARIES:
                 raise UsageError(f"unknown --library {args.library!r} for a replay; known: "
                                  + "; ".join(f"{k} ({v})" for k, v in LIBRARIES.items()))
-            requests = read_requests(args.data, _declared(args.model))
+            requests = read_requests(args.data, declared_in_file(args.model))
             call = library_call(args.model, args.library)
             what = f"plain {args.library}: {LIBRARIES[args.library]}"
         else:
@@ -210,11 +211,3 @@ def run_replay(args: argparse.Namespace, session: Callable[[], Any]) -> int:
         return 1
     return 0
 
-
-def _declared(model: str) -> list[Any]:
-    """The model's inputs as it declares them (symbols kept), its weights left unread."""
-    import onnx
-
-    from dispatch.input_shapes import declared_inputs
-
-    return declared_inputs(onnx.load(model, load_external_data=False))

@@ -71,10 +71,11 @@ def cmd_tune_range(args: argparse.Namespace, spec: dict[str, list[Any]],
     from dispatch.backend import load_registry
     from dispatch.config import Config
     from dispatch.errors import ArgumentError, OpDispatchError
+    from dispatch.input_shapes import declared_in_file
     from dispatch.objective import AccuracyTarget, Objective, parse_accuracy
     from tuner.accuracy.data import data_digest
     from tuner.replay import ReplayError, read_requests
-    from tuner.shapes.tune_range import _declared, tune_range
+    from tuner.shapes.tune_range import tune_range
 
     if args.inputs or args.memory_cap:
         raise UsageError("a shape range is tuned for latency from whole-model library "
@@ -95,7 +96,7 @@ def cmd_tune_range(args: argparse.Namespace, spec: dict[str, list[Any]],
     requests = []
     if args.data is not None:
         try:
-            requests = read_requests(args.data, _declared(args.model))
+            requests = read_requests(args.data, declared_in_file(args.model))
         except (ReplayError, ArgumentError) as exc:
             raise UsageError(str(exc)) from None
     try:

@@ -105,8 +105,9 @@ def _range_report(args: argparse.Namespace) -> str | None:
                 return None
         else:
             from dispatch.errors import OpDispatchError
+            from dispatch.input_shapes import declared_in_file
             from dispatch.shape_range import ShapeRange
-            from tuner.shapes.tune_range import _declared, model_family
+            from tuner.shapes.tune_range import model_family
 
             try:
                 family = model_family(args.model)
@@ -115,7 +116,7 @@ def _range_report(args: argparse.Namespace) -> str | None:
             chosen = stored_range_plans(store, family)
             if spec is not None:
                 try:
-                    text = ShapeRange.bind(_declared(args.model), spec).text()
+                    text = ShapeRange.bind(declared_in_file(args.model), spec).text()
                 except OpDispatchError as exc:
                     raise ReportUsageError(str(exc)) from None
                 stored = [p.key.inputs[len(RANGE_PREFIX):] for p in chosen]

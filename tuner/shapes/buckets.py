@@ -45,11 +45,6 @@ class Sample:
         excess = max(0.0, self.first_ms.get(way, self.ms[way]) - self.ms[way])
         return self.ms[way] + excess / max(repeats, 1.0)
 
-    def ranking(self, repeats: float) -> list[tuple[str, float]]:
-        """The ways measured here, best score first."""
-        return sorted(((w, self.score(w, repeats)) for w in self.ms if w not in self.rejected),
-                      key=lambda item: item[1])
-
     def to_dict(self) -> dict:
         return {"point": list(self.point), "size": self.size,
                 "ms": {k: round(v, 4) for k, v in self.ms.items()},

@@ -24,9 +24,8 @@ from typing import Any
 import numpy as np
 
 from dispatch.config import Config
-from dispatch.errors import ArgumentError
 from dispatch.graph import Value
-from dispatch.input_shapes import format_shapes, shape_set
+from dispatch.input_shapes import declared_in_file, format_shapes, shape_set
 from dispatch.model_ways import model_file, model_ways
 from dispatch.objective import Objective
 from dispatch.plan import Plan
@@ -159,18 +158,18 @@ def tune_range(
             "openvino), which is what a shape range needs; install one: pip install "
             "'opdispatch[onnxruntime]'")
     path = model_file(model)
-    declared = _declared(path)
+    declared = declared_in_file(path)
     shape_range = ShapeRange.bind(declared, shapes)
     small = shape_range.at(shape_range.ends()[0])
     graph = load_graph(path, small, registry, backends, config.graph_cache).graph
     names = [v.name for v in graph.outputs]
     bounds = index_bounds(graph.nodes)
     dtypes = {d.name: d.dtype for d in declared}
+    # the requests inside the range, with their shapes, found once
+    inside = _inside(requests, shape_range, declared)
     by_point: dict[tuple[int, ...], Feeds] = {}
-    for feeds in requests:
-        got = shape_set({k: np.shape(v) for k, v in feeds.items()}, [d.name for d in declared])
-        if shape_range.contains(got):
-            by_point.setdefault(shape_range.point(got), feeds)
+    for got, feeds in inside:
+        by_point.setdefault(shape_range.point(got), feeds)
     data_points = _spread(sorted(by_point, key=lambda p: (int(np.prod(p)), p)), DATA_SAMPLES)
     align = _alignment(list(by_point))
     points = shape_range.sample_points(SPREAD_SAMPLES, data_points, align)
@@ -236,10 +235,8 @@ def tune_range(
     errors: dict[str, list[tuple[int, float]]] = {}
     if target is not None:
         reduced = {w: runners[w] for w in approximate}
-        inside = [(shape_range.size(got), feeds) for feeds in requests
-                  if shape_range.contains(got := shape_set({k: np.shape(v) for k, v in feeds.items()},
-                                                           [d.name for d in declared]))]
-        errors = request_errors(target, reduced, runners[reference], inside)
+        sized = [(shape_range.size(got), feeds) for got, feeds in inside]
+        errors = request_errors(target, reduced, runners[reference], sized)
         judge(samples, target, errors, small_size, large_size)
         for way, errs in errors.items():
             worst = max((e for _, e in errs), default=0.0)
@@ -250,8 +247,8 @@ def tune_range(
                                len(shape_range.axes) == 1, warm_limit_s, list(by_point),
                                {w: float(split_name(w)[1]) for w in runners if split_name(w)[1]},
                                {w: ways[split_name(w)[0]].backend for w in runners},
-                               _weights(samples, [shape_range.size(p) for p in _points(
-                                   requests, shape_range, declared)], small_size, large_size),
+                               _weights(samples, [shape_range.size(got) for got, _ in inside],
+                                        small_size, large_size),
                                warm_max_shapes)
     except ValueError as exc:
         raise TuningError(f"the range {shape_range.text()} cannot be planned: {exc}") from None
@@ -332,26 +329,13 @@ def _describe(name: str, ways: Mapping[str, Any]) -> str:
             f"of {step}, its outputs cut back" if step else text)
 
 
-def _declared(path: str) -> list:
-    import onnx
-
-    from dispatch.input_shapes import declared_inputs
-
-    try:
-        proto = onnx.load(path, load_external_data=False)
-    except Exception as exc:
-        raise ArgumentError(f"cannot read the model {path}: {exc}") from None
-    return declared_inputs(proto)
-
-
-def _points(requests: Sequence[Feeds], shape_range: ShapeRange, declared: Sequence[Any]) -> list:
-    """The shapes (as :data:`ShapeSet`) of the requests inside the range."""
-    out = []
-    for feeds in requests:
-        got = shape_set({k: np.shape(v) for k, v in feeds.items()}, [d.name for d in declared])
-        if shape_range.contains(got):
-            out.append(got)
-    return out
+def _inside(requests: Sequence[Feeds], shape_range: ShapeRange,
+            declared: Sequence[Any]) -> list[tuple[Any, Feeds]]:
+    """The requests inside the range, each with its shapes (a :data:`ShapeSet`)."""
+    order = [d.name for d in declared]
+    got = [(shape_set({k: np.shape(v) for k, v in feeds.items()}, order), feeds)
+           for feeds in requests]
+    return [(shapes, feeds) for shapes, feeds in got if shape_range.contains(shapes)]
 
 
 def _weights(samples: Sequence[Sample], sizes: Sequence[int], lo: int, hi: int) -> dict[int, float]:
@@ -392,7 +376,7 @@ def model_family(path: str, shapes: Mapping[str, Sequence[int]] | None = None) -
 
     if shapes is None:
         shapes = {d.name: [x if isinstance(x, int) else 1 for x in d.dims or ()]
-                  for d in _declared(path)}
+                  for d in declared_in_file(path)}
     graph = import_model(path, shapes)
     return family_digest(graph, graph.declared)
 
