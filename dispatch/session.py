@@ -43,6 +43,7 @@ from dispatch.session_batch import BatchMixin
 from dispatch.session_fallback import MAX_FAULTS as MAX_FAULTS  # re-exported
 from dispatch.session_fallback import FallbackMixin
 from dispatch.session_fallback import Fault as Fault  # re-exported
+from dispatch.session_generate import GenerateMixin
 from dispatch.session_ranges import RangeMixin
 from dispatch.session_tuning import TUNE_MODES as TUNE_MODES  # re-exported
 from dispatch.session_tuning import TuningMixin
@@ -94,7 +95,7 @@ def _type_string(dtype: np.dtype) -> str:
     return f"tensor({helper.tensor_dtype_to_string(elem).split('.')[-1].lower()})"
 
 
-class Session(TuningMixin, FallbackMixin, BatchMixin, RangeMixin):
+class Session(TuningMixin, FallbackMixin, BatchMixin, RangeMixin, GenerateMixin):
     """Load an ONNX model, plan it over the available backends, and run it.
 
     Args:

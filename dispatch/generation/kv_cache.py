@@ -1,0 +1,100 @@
+"""The past keys and values of one generation, allocated once at the maximum length.
+
+Each past tensor has two flat buffers of ``capacity`` positions (ping-pong). A step reads its
+past as a contiguous view of the front of one buffer and the library writes the present (past
+plus the new positions) into the front of the other; then the two swap, and the present just
+written is the next step's past. Nothing is copied on the Python side and nothing is allocated
+per step: the views are numpy views of the same two buffers, whatever the length (a view of the
+first ``n`` elements of a flat buffer is contiguous at any shape).
+
+:attr:`KVCache.allocations` counts the buffers allocated over the cache's life, so that a test
+(or a curious caller) can check that a generation allocated its buffers once.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dispatch.errors import ArgumentError
+from dispatch.generation.decoder_io import CacheTensor, DecoderIO
+
+
+class CapacityError(ArgumentError):
+    """A generation would outgrow the positions its cache was allocated for."""
+
+
+class KVCache:
+    """The ping-pong past buffers of a decoder (see the module docstring).
+
+    Args:
+        io: the decoder's signature.
+        capacity: the most positions (prompt and generated tokens) a generation holds.
+        batch: the rows of every tensor.
+    """
+
+    def __init__(self, io: DecoderIO, capacity: int, batch: int = 1) -> None:
+        self.io = io
+        self.batch = int(batch)
+        self.capacity = 0
+        self.length = 0
+        #: buffers allocated since the cache was made (two per past tensor per allocation)
+        self.allocations = 0
+        self._front: list[np.ndarray] = []
+        self._back: list[np.ndarray] = []
+        self.ensure(capacity)
+
+    def ensure(self, capacity: int) -> None:
+        """Make room for ``capacity`` positions and start empty; the buffers are allocated
+        again only when the capacity grows beyond the allocated one."""
+        if capacity < 1:
+            raise ArgumentError(f"a cache capacity must be at least 1 position, received {capacity}")
+        self.length = 0
+        if capacity <= self.capacity:
+            return
+        self._front = [self._allocate(t, capacity) for t in self.io.cache]
+        self._back = [self._allocate(t, capacity) for t in self.io.cache]
+        self.capacity = int(capacity)
+
+    def _allocate(self, tensor: CacheTensor, capacity: int) -> np.ndarray:
+        self.allocations += 1
+        return np.empty(tensor.elements(self.batch, capacity), dtype=self.io.dtype)
+
+    def reset(self) -> None:
+        """Forget the past (a new generation), keeping the buffers."""
+        self.length = 0
+
+    def check_room(self, new: int) -> None:
+        """Raise :class:`CapacityError` when ``new`` more positions do not fit."""
+        if self.length + new > self.capacity:
+            raise CapacityError(
+                f"the key/value cache holds at most {self.capacity} positions (prompt plus new "
+                f"tokens); it holds {self.length} and {new} more were asked for; make the "
+                f"generator with a larger capacity (max_length)")
+
+    def _view(self, buffer: np.ndarray, tensor: CacheTensor, length: int) -> np.ndarray:
+        dims = tensor.dims(self.batch, length)
+        return buffer[: int(np.prod(dims, dtype=np.int64))].reshape(dims)
+
+    def pasts(self) -> list[np.ndarray]:
+        """The past of every tensor (at the current length), views of the front buffers."""
+        return [self._view(b, t, self.length) for b, t in zip(self._front, self.io.cache)]
+
+    def presents(self, new: int) -> list[np.ndarray]:
+        """Where the library writes every present of a step adding ``new`` positions: views of
+        the back buffers at the current length plus ``new``."""
+        self.check_room(new)
+        return [self._view(b, t, self.length + new) for b, t in zip(self._back, self.io.cache)]
+
+    def advance(self, new: int) -> None:
+        """The presents of a step adding ``new`` positions were written: they become the past."""
+        self.check_room(new)
+        self._front, self._back = self._back, self._front
+        self.length += new
+
+    def buffers(self) -> list[np.ndarray]:
+        """Every buffer (front and back), for identity checks."""
+        return [*self._front, *self._back]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(b.nbytes for b in self.buffers())

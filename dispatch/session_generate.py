@@ -1,0 +1,81 @@
+"""Generation from a :class:`~dispatch.session.Session` of a decoder exported with its cache.
+
+:meth:`GenerateMixin.generate` runs the session's model token by token on one step way of
+:mod:`dispatch.generation` (the library compiles the model once with its dynamic dimensions; no
+plan is made per step or per past length), and :meth:`GenerateMixin.generator` hands a serving
+loop the step API itself. The way is a parameter: the untuned choice is the first available of
+``onnxruntime-iobinding``, ``onnxruntime``, ``openvino-stateful``, ``openvino`` (among the
+session's backends); choosing by measurement is the tuner's. A session keeps one generator per
+way, so each way compiles the model once per session.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from dispatch.generation.generate import DEFAULT_MAX_LENGTH, Generator
+from dispatch.generation.step_ways import StepWay
+from dispatch.generation.ways import (
+    available_step_ways,
+    default_step_way,
+    step_way,
+)
+from dispatch.model_ways import model_file
+
+
+class GenerateMixin:
+    """Decoding on a :class:`~dispatch.session.Session` (see the module docstring)."""
+
+    _model: Any
+    registry: Any
+    backend_order: list[str]
+    config: Any
+
+    def step_ways(self) -> list[str]:
+        """The step ways available to this session's backends, the untuned choice first."""
+        return list(available_step_ways(self.registry, self.backend_order))
+
+    def _step_way(self, way: str | None) -> StepWay:
+        if way is None:
+            return default_step_way(self.registry, self.backend_order)
+        return step_way(way, self.registry, self.backend_order)
+
+    def generator(self, way: str | None = None, *, max_length: int = DEFAULT_MAX_LENGTH) -> Generator:
+        """The session's :class:`~dispatch.generation.generate.Generator` on ``way`` (built on
+        the first call for that way, then kept), reset, holding at least ``max_length``
+        positions: the step API (``prefill``, ``step``, ``reset``) for a serving loop. One
+        generator runs one sequence at a time."""
+        chosen = self._step_way(way)
+        lock = self.__dict__.setdefault("_generate_lock", threading.Lock())
+        with lock:
+            generators: dict[str, Generator] = self.__dict__.setdefault("_generators", {})
+            gen = generators.get(chosen.name)
+            if gen is None:
+                threads = int(getattr(self.config, "threads", 0) or 0) or None
+                gen = Generator(model_file(self._model), chosen, max_length=max_length,
+                                threads=threads)
+                generators[chosen.name] = gen
+        gen.reset(max(max_length, gen.max_length))
+        return gen
+
+    def generate(self, input_ids: Any, max_new_tokens: int, *, way: str | None = None,
+                 do_sample: bool = False, temperature: float = 1.0, top_k: int = 0,
+                 top_p: float = 1.0, seed: int | None = None,
+                 stop_tokens: Iterable[int] | Sequence[int] = ()) -> np.ndarray:
+        """The tokens a decoder generates after the prompt ``input_ids`` (batch 1: ``[sequence]``
+        or ``[1, sequence]``): greedy, or sampled (``do_sample``) with ``temperature``,
+        ``top_k``, ``top_p`` and ``seed``; ``stop_tokens`` end it early (the stop token is the
+        last one returned). ``way`` names the step way (:meth:`step_ways` lists them; default
+        the first available). Returns int64 ``[new tokens]``.
+
+        The model must be exported with its cache (``past_key_values.N.key`` inputs,
+        ``present.N.key`` outputs); another model raises
+        :class:`~dispatch.errors.ModelLoadError` saying what it has and what was expected."""
+        need = int(np.shape(input_ids)[-1]) + int(max_new_tokens)
+        gen = self.generator(way, max_length=need)
+        return gen.generate(input_ids, max_new_tokens, do_sample=do_sample, temperature=temperature,
+                            top_k=top_k, top_p=top_p, seed=seed, stop_tokens=stop_tokens)
