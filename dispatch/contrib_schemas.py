@@ -21,53 +21,21 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from dispatch.contrib_schema_base import FLOATS, MS_DOMAIN, OWNER, ContribSchema, Dim, NoDefault, Param
+from dispatch.contrib_schema_base import arg as _arg
+from dispatch.contrib_schema_base import known as _known
+from dispatch.contrib_schema_base import params as _t
+from dispatch.contrib_schemas_attention import ATTENTION_SCHEMAS
 from dispatch.op_schema import ShapeFn, TensorInfo
 
-#: onnxruntime's contrib domain
-MS_DOMAIN = "com.microsoft"
-#: what registered the schemas (shown in errors of their shape functions)
-OWNER = "onnxruntime contrib schemas"
-
-FLOATS = ("tensor(float16)", "tensor(float)", "tensor(double)", "tensor(bfloat16)")
-Dim = int | str | None
-
-
-@dataclass(frozen=True)
-class Param:
-    """One input or output of a contrib operator."""
-
-    name: str
-    type_str: str
-    optional: bool = False
-
-
-@dataclass(frozen=True)
-class ContribSchema:
-    """A contrib operator's schema as data (see :func:`onnx_schema`)."""
-
-    name: str
-    domain: str
-    doc: str
-    inputs: tuple[Param, ...]
-    outputs: tuple[Param, ...]
-    #: (name, default): the attribute's type is its default's (float or int)
-    attributes: tuple[tuple[str, float | int], ...]
-    #: (type parameter, allowed type strings)
-    types: tuple[tuple[str, tuple[str, ...]], ...]
-    infer: ShapeFn
-    since_version: int = 1
-
+__all__ = ["FLOATS", "MS_DOMAIN", "OWNER", "SCHEMAS", "ContribSchema", "NoDefault", "Param", "register_all",
+           "register_for", "register_for_ops", "uses_contrib"]
 
 # -- shape functions ----------------------------------------------------------------------
-
-
-def _known(d: Dim) -> bool:
-    return isinstance(d, int)
 
 
 def _last_dim_vector(x: TensorInfo, v: TensorInfo | None, what: str) -> None:
@@ -83,10 +51,6 @@ def _last_dim_vector(x: TensorInfo, v: TensorInfo | None, what: str) -> None:
         if _known(last) and _known(size) and last != size:
             raise ValueError(f"{what} has {size} elements, expected {last} (the input's last "
                              f"dimension; the input has shape {list(x.shape)})")
-
-
-def _arg(inputs: Sequence[TensorInfo | None], k: int) -> TensorInfo | None:
-    return inputs[k] if len(inputs) > k else None
 
 
 def same_as_input(inputs: Sequence[TensorInfo | None], attrs: Mapping[str, Any]) -> list[TensorInfo | None]:
@@ -216,10 +180,6 @@ def fused_matmul_shapes(
 # -- the schemas ---------------------------------------------------------------------------
 
 
-def _t(*names: str, optional: Sequence[str] = (), type_str: str = "T") -> tuple[Param, ...]:
-    return tuple(Param(n, type_str, n in optional) for n in names)
-
-
 _SKIP_OUTPUTS = (Param("output", "T"), Param("mean", "U", True), Param("inv_std_var", "U", True),
                  Param("input_skip_bias_sum", "T", True))
 _SKIP_TYPES = (("T", ("tensor(float)", "tensor(float16)", "tensor(bfloat16)")), ("U", ("tensor(float)",)))
@@ -267,6 +227,8 @@ SCHEMAS: tuple[ContribSchema, ...] = (
                   (("axis", -1), ("epsilon", float(np.float32(1e-5))), ("stash_type", 1)),
                   (("T", FLOATS), ("U", ("tensor(float)", "tensor(double)")), ("V", FLOATS)),
                   simplified_layer_norm_shapes),
+    # attention, rotary embedding and quantized matmuls: their own module (size)
+    *ATTENTION_SCHEMAS,
 )
 
 #: the contrib operators of ONNX's default domain, which onnx itself does not define
@@ -291,8 +253,16 @@ def onnx_schema(spec: ContribSchema) -> Any:
         inputs=[param(p) for p in spec.inputs],
         outputs=[param(p) for p in spec.outputs],
         type_constraints=[(t, list(allowed), "") for t, allowed in spec.types],
-        attributes=[OpSchema.Attribute(n, helper.make_attribute(n, d), "") for n, d in spec.attributes],
+        attributes=[_attribute(OpSchema, helper, n, d) for n, d in spec.attributes],
     )
+
+
+def _attribute(op_schema: Any, helper: Any, name: str, default: float | int | str | NoDefault) -> Any:
+    """One ``OpSchema.Attribute``: with its default, or typed and maybe required without."""
+    if isinstance(default, NoDefault):
+        return op_schema.Attribute(name, getattr(op_schema.AttrType, default.type), "",
+                                   required=default.required)
+    return op_schema.Attribute(name, helper.make_attribute(name, default), "")
 
 
 def uses_contrib(proto: Any) -> bool:

@@ -43,6 +43,7 @@ MODULES = (
     "contrib_activations",
     "contrib_normalization",
     "contrib_matmul",
+    "contrib_attention",
 )
 
 

@@ -42,7 +42,8 @@ UNSUPPORTED_OPS: frozenset[str] = frozenset()
 CONTRIB_OPS: frozenset[str] = frozenset(
     f"com.microsoft::{op}" for op in (
         "Gelu", "FastGelu", "BiasGelu", "QuickGelu", "SkipLayerNormalization",
-        "SkipSimplifiedLayerNormalization", "FusedMatMul",
+        "SkipSimplifiedLayerNormalization", "FusedMatMul", "RotaryEmbedding", "MultiHeadAttention",
+        "Attention", "GroupQueryAttention", "MatMulNBits", "DynamicQuantizeMatMul", "MatMulIntegerToFloat",
     )
 )
 #: contrib operators of the schemas not offered, with why

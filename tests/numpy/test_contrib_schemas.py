@@ -10,7 +10,7 @@ import onnx
 import pytest
 from onnx import helper
 
-from dispatch.contrib_schemas import MS_DOMAIN, SCHEMAS, register_all, uses_contrib
+from dispatch.contrib_schemas import MS_DOMAIN, SCHEMAS, NoDefault, register_all, uses_contrib
 from dispatch.onnx_import import import_model
 from tests.numpy.contrib_support import OPSETS, one_node_model, run_ors_or_skip, run_ours
 
@@ -43,12 +43,17 @@ def test_the_schemas_agree_with_onnxruntimes(spec):
 
     assert params(theirs.inputs) == [(p.name, p.type_str, p.optional) for p in spec.inputs]
     assert params(theirs.outputs) == [(p.name, p.type_str, p.optional) for p in spec.outputs]
-    defaults = {}
+    defaults, typed = {}, {}
     for name, attr in theirs.attributes.items():
         proto = onnx.AttributeProto()
         proto.ParseFromString(attr._default_value)
-        defaults[name] = helper.get_attribute_value(proto)
-    assert defaults == pytest.approx(dict(spec.attributes))
+        if proto.type == onnx.AttributeProto.UNDEFINED:  # no default
+            typed[name] = NoDefault(attr.type.name, bool(attr.required))
+        else:
+            value = helper.get_attribute_value(proto)
+            defaults[name] = value.decode() if isinstance(value, bytes) else value
+    assert defaults == pytest.approx({n: d for n, d in spec.attributes if not isinstance(d, NoDefault)})
+    assert typed == {n: d for n, d in spec.attributes if isinstance(d, NoDefault)}
     assert {t.type_param_str: set(t.allowed_type_strs) for t in theirs.type_constraints} == {
         t: set(allowed) for t, allowed in spec.types}
 
@@ -156,12 +161,12 @@ def test_an_unknown_custom_domain_still_gets_the_clear_error():
     graph = helper.make_graph(
         [n("FastGelu", ["x"], ["a"], domain=MS_DOMAIN, name="known"),
          n("Mystery", ["a"], ["b"], domain="com.nobody", name="mystery"),
-         n("Attention", ["b"], ["y"], domain=MS_DOMAIN, name="attention")],
+         n("QAttention", ["b"], ["y"], domain=MS_DOMAIN, name="attention")],
         "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 8])],
         [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)])
     opsets = [helper.make_opsetid(d, 1) for d in (MS_DOMAIN, "com.nobody")]
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), *opsets])
     with pytest.raises(UnsupportedOpError, match=r"2 operator\(s\) that no allowed backend implements: "
-                       r"com.microsoft::Attention \(nodes: attention\); "
+                       r"com.microsoft::QAttention \(nodes: attention\); "
                        r"com.nobody::Mystery \(nodes: mystery\)"):
         run_ours(model, {"x": x}, backends=None)
