@@ -222,3 +222,78 @@ def ms_rotary_embedding(node: Node) -> Kernel:
         return _as(merge_heads(y) if x.ndim == 3 else y, x.dtype)
 
     return run
+
+
+# -- MultiHeadAttention ----------------------------------------------------------------------------
+
+
+def _mha_reason(node: Node) -> str | None:
+    """Why a MultiHeadAttention node is outside the covered forms, or ``None``."""
+    q, k, v, mask = _shape(node, 0), _shape(node, 1), _shape(node, 2), _shape(node, 4)
+    if not (_given(node, 1) and _given(node, 2)):
+        return ("MultiHeadAttention without key or value (packed QKV in query, packed KV in key): "
+                "supported are separate 3-D query, key and value")
+    for name, shape in (("query", q), ("key", k), ("value", v)):
+        if shape is not None and len(shape) != 3:
+            return (f"MultiHeadAttention with {name} of shape {list(shape)}: supported are 3-D (B, S, D) "
+                    f"query, key and value (packed or BNSH forms are not)")
+    for k_in, name in ((8, "past_sequence_length"), (9, "cache_indirection")):
+        if _given(node, k_in):
+            return f"MultiHeadAttention with input {name}: not supported (shared buffers, beam search)"
+    if _given(node, 6) != _given(node, 7):
+        return "MultiHeadAttention needs both past_key and past_value, or neither"
+    if wants_output(node, 3):
+        return "MultiHeadAttention's qk output: not supported"
+    if mask is not None and len(mask) == 1 and q is not None and mask[0] != q[0]:
+        return (f"MultiHeadAttention with a 1-D key_padding_mask of {mask[0]} elements: supported are (B,) "
+                f"key lengths, (B, T) and (B, S, T) masks (B is {q[0]})")
+    if mask is not None and len(mask) not in (1, 2, 3):
+        return (f"MultiHeadAttention with key_padding_mask of shape {list(mask)}: supported are (B,), (B, T) "
+                f"and (B, S, T)")
+    uni = int(node.attr("unidirectional", 0))
+    if uni and (q is None or k is None or q[1] != k[1]):
+        return (f"MultiHeadAttention with unidirectional={uni} and query / key sequence lengths "
+                f"{None if q is None else q[1]} / {None if k is None else k[1]}: supported when they are "
+                f"known and equal (onnxruntime 1.32's causal mask of other lengths follows no documented "
+                f"rule)")
+    return None
+
+
+def _supports_mha(node: Node) -> str | None:
+    return first_reason(check_dtypes(node, ATTENTION_TYPES, (0, 1, 2, 3, 5, 6, 7), same=True),
+                        _mha_reason(node))
+
+
+@impls.register("MultiHeadAttention", "ms_float64", domain=MS_DOMAIN, priority=Priority.DEFAULT,
+                supports=_supports_mha)
+def ms_multi_head_attention(node: Node) -> Kernel:
+    """com.microsoft MultiHeadAttention of separate query, key and value: optional packed bias,
+    key padding mask, attention bias, past key / value (present = past then the new keys),
+    unidirectional (causal) self attention."""
+    heads = int(node.attr("num_heads"))
+    filter_value = float(node.attr("mask_filter_value", MASK_FILTER_VALUE))
+    uni = bool(int(node.attr("unidirectional", 0)))
+    n_out = len(node.outputs)
+
+    def run(query: np.ndarray, key: np.ndarray, value: np.ndarray, bias: np.ndarray | None = None,
+            mask: np.ndarray | None = None, attn_bias: np.ndarray | None = None,
+            past_key: np.ndarray | None = None, past_value: np.ndarray | None = None, *_: Any) -> Any:
+        q, k, v = _f64(query), _f64(key), _f64(value)
+        if bias is not None:
+            dq, dk = q.shape[2], k.shape[2]
+            b64 = bias.astype(np.float64)
+            q, k, v = q + b64[:dq], k + b64[dq:dq + dk], v + b64[dq + dk:]
+        qh, kh, vh = split_heads(q, heads), split_heads(k, heads), split_heads(v, heads)
+        if past_key is not None and past_value is not None:
+            kh = np.concatenate([past_key.astype(np.float64), kh], axis=2)
+            vh = np.concatenate([past_value.astype(np.float64), vh], axis=2)
+        batch, _, s, head = qh.shape
+        t = kh.shape[2]
+        keep = None if mask is None else padding_keep(mask, batch, s, t)
+        if uni:
+            keep = causal(s, t) if keep is None else keep & causal(s, t)
+        y = attend(qh, kh, vh, _scale(node, head), _f64(attn_bias), keep, filter_value)
+        outs = (_as(merge_heads(y), query.dtype), _as(kh, query.dtype), _as(vh, query.dtype))
+        return outs[0] if n_out == 1 else outs[:n_out]
+
+    return run

@@ -87,3 +87,90 @@ def test_rotary_embedding_partial_with_a_wider_cache_is_refused():
     inputs = rotary_inputs(rand(B, S, N * H), POSITIONS["offset"], H // 2)
     refused("RotaryEmbedding", inputs, ["output"], {"rotary_embedding_dim": 4, "num_heads": N},
             "rotary_embedding_dim=4 and cos_cache of 4 columns")
+
+
+# -- MultiHeadAttention ----------------------------------------------------------------------------
+
+L, P = 4, 5
+
+
+def mha(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, bias=None, mask=None, attn_bias=None, past=None,
+        attrs: dict | None = None, outputs: int = 1) -> list[np.ndarray]:
+    inputs = [("query", q), ("key", k), ("value", v), ("bias", bias), ("key_padding_mask", mask),
+              ("attention_bias", attn_bias), ("past_key", None if past is None else past[0]),
+              ("past_value", None if past is None else past[1])]
+    names = ["output", "present_key", "present_value"][:outputs]
+    return check_against_ort("MultiHeadAttention", inputs, names, {"num_heads": N, **(attrs or {})})
+
+
+def qkv(s: int = S, t: int = L, dtype: type = np.float32, b: int = B, dv: int = N * H) -> tuple:
+    return rand(b, s, N * H, dtype=dtype), rand(b, t, N * H, dtype=dtype), rand(b, t, dv, dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("scale", [None, 0.3])
+@pytest.mark.parametrize("bias", [False, True])
+def test_mha(dtype, scale, bias):
+    attrs = {} if scale is None else {"scale": scale}
+    mha(*qkv(dtype=dtype), bias=rand(3 * N * H, dtype=dtype) if bias else None, attrs=attrs)
+
+
+MASKS = {
+    "lengths": np.array([2, 4], np.int32),
+    "raw_2d": np.array([[1, 1, 0, 1], [1, 0, 0, 0]], np.int32),
+    "raw_3d": (RNG.random((B, S, L)) > 0.3).astype(np.int32),
+    "all_masked_row": np.array([[0, 0, 0, 0], [1, 1, 1, 1]], np.int32),
+    "zero_length": np.array([0, 4], np.int32),
+}
+
+
+@pytest.mark.parametrize("mask", sorted(MASKS))
+@pytest.mark.parametrize("filter_value", [None, -1e9])
+def test_mha_key_padding_mask(mask, filter_value):
+    attrs = {} if filter_value is None else {"mask_filter_value": filter_value}
+    mha(*qkv(), mask=MASKS[mask], attrs=attrs)
+
+
+@pytest.mark.parametrize("shape", [(B, N, S, L), (1, 1, S, L), (B, 1, S, L), (1, N, S, L)])
+def test_mha_attention_bias_broadcast(shape):
+    mha(*qkv(), attn_bias=rand(*shape), mask=MASKS["raw_2d"])
+
+
+@pytest.mark.parametrize("mask", [None, "raw_2d", "lengths"])
+@pytest.mark.parametrize("uni", [0, 1])
+@pytest.mark.parametrize("s", [1, S])
+def test_mha_past(mask, uni, s):
+    q, k, v = qkv(s, s)
+    m = {None: None, "raw_2d": (RNG.random((B, P + s)) > 0.3).astype(np.int32),
+         "lengths": np.array([P + s - 1, P + s], np.int32)}[mask]
+    mha(q, k, v, past=(rand(B, N, P, H), rand(B, N, P, H)), mask=m, attn_bias=rand(1, N, s, P + s),
+        bias=rand(3 * N * H), attrs={"unidirectional": uni}, outputs=3)
+
+
+def test_mha_unidirectional_self_attention_and_value_width():
+    q, k, v = qkv(S, S, dv=N * 4)
+    mha(q, k, v, attrs={"unidirectional": 1}, outputs=3)
+
+
+@pytest.mark.parametrize("s,t,b", [(0, L, B), (S, 0, B), (S, L, 0)])
+def test_mha_empty(s, t, b):
+    mha(*qkv(s, t, b=b))
+
+
+@pytest.mark.parametrize("case,match", [
+    ("unidirectional_cross", "unidirectional=1 and query / key sequence lengths 3 / 4"),
+    ("mask_3b2", "1-D key_padding_mask of 8 elements"),
+    ("bnsh_key", "key of shape \\[2, 2, 4, 8\\]: supported are 3-D"),
+])
+def test_mha_refused_forms(case, match):
+    q, k, v = qkv()
+    attrs = {"num_heads": N}
+    if case == "unidirectional_cross":
+        attrs["unidirectional"] = 1
+        inputs = [("query", q), ("key", k), ("value", v)]
+    elif case == "mask_3b2":
+        inputs = [("query", q), ("key", k), ("value", v), ("bias", None),
+                  ("key_padding_mask", np.array([2, 4, 0, 1, 0, 1, 4, 4], np.int32))]
+    else:
+        inputs = [("query", q), ("key", rand(B, N, L, H)), ("value", rand(B, N, L, H))]
+    refused("MultiHeadAttention", inputs, ["output"], attrs, match)
