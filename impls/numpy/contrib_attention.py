@@ -13,7 +13,8 @@ The math, in (batch B, heads N, sequence S, head size H) layout:
 - ``attend(q, k, v)`` is ``softmax(q k^T * scale + bias) v``, ``scale`` 1 / sqrt(H) unless
   given; masked keys get ``mask_filter_value`` (-10000) added to their scores, in float32 as
   onnxruntime does (a row whose keys are all masked is the softmax of its scores rounded at
-  that magnitude, not a uniform row nor NaN).
+  that magnitude, not a uniform row nor NaN); a causal (unidirectional) mask excludes the
+  future keys outright (onnxruntime adds float32's lowest value), whatever the other masks.
 
 Everything is computed in float64 and rounded to the input's type.
 """
@@ -87,15 +88,20 @@ def masked_scores(scores: np.ndarray, keep: np.ndarray | None, filter_value: flo
 
 
 def attend(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float, bias: np.ndarray | None = None,
-           keep: np.ndarray | None = None, filter_value: float = MASK_FILTER_VALUE) -> np.ndarray:
-    """``softmax(q k^T * scale + bias (+ filter_value where not keep)) v``: q (B, N, S, H), k (B, N,
-    T, H), v (B, N, T, Hv); ``bias`` and ``keep`` broadcast to (B, N, S, T)."""
+           keep: np.ndarray | None = None, filter_value: float = MASK_FILTER_VALUE,
+           visible: np.ndarray | None = None) -> np.ndarray:
+    """``softmax(q k^T * scale + bias (+ filter_value where not keep)) v`` over the ``visible``
+    keys (a causal mask: the others are excluded, not filtered): q (B, N, S, H), k (B, N, T, H),
+    v (B, N, T, Hv); ``bias``, ``keep`` and ``visible`` broadcast to (B, N, S, T)."""
     scores = np.matmul(q, np.swapaxes(k, -1, -2)) * scale
     if bias is not None:
         scores = scores + bias
     if scores.size == 0:
         return np.zeros((*scores.shape[:-1], v.shape[-1]))
-    return np.matmul(softmax(masked_scores(scores, keep, filter_value)), v)
+    scores = masked_scores(scores, keep, filter_value)
+    if visible is not None:
+        scores = np.where(visible, scores, -np.inf)
+    return np.matmul(softmax(scores), v)
 
 
 def causal(s: int, t: int) -> np.ndarray:
@@ -290,10 +296,95 @@ def ms_multi_head_attention(node: Node) -> Kernel:
         batch, _, s, head = qh.shape
         t = kh.shape[2]
         keep = None if mask is None else padding_keep(mask, batch, s, t)
-        if uni:
-            keep = causal(s, t) if keep is None else keep & causal(s, t)
-        y = attend(qh, kh, vh, _scale(node, head), _f64(attn_bias), keep, filter_value)
+        visible = causal(s, t) if uni else None
+        y = attend(qh, kh, vh, _scale(node, head), _f64(attn_bias), keep, filter_value, visible)
         outs = (_as(merge_heads(y), query.dtype), _as(kh, query.dtype), _as(vh, query.dtype))
         return outs[0] if n_out == 1 else outs[:n_out]
+
+    return run
+
+
+# -- Attention --------------------------------------------------------------------------------------
+
+
+def attention_sizes(node: Node, weights_cols: int) -> tuple[int, int, int]:
+    """(Dq, Dk, Dv) of an Attention node: ``qkv_hidden_sizes`` or thirds of the weights' columns."""
+    sizes = [int(d) for d in node.attr("qkv_hidden_sizes", []) or []]
+    return (sizes[0], sizes[1], sizes[2]) if len(sizes) == 3 else (weights_cols // 3,) * 3
+
+
+def mask_index_keep(mask: np.ndarray, batch: int, s: int, t: int) -> np.ndarray:
+    """Attention's mask_index as a keep mask broadcast to (B, 1, S, T): (B,) valid lengths,
+    (2B,) ends then starts of the valid keys, (B, T) or (B, S, T) raw masks (1 to keep)."""
+    if mask.ndim == 1 and mask.shape[0] == 2 * batch:
+        j = np.arange(t)[None, :]
+        return ((j < mask[:batch, None]) & (j >= mask[batch:, None]))[:, None, None, :]
+    return padding_keep(mask, batch, s, t)
+
+
+def _attention_reason(node: Node) -> str | None:
+    """Why an Attention node is outside the covered forms, or ``None``."""
+    x, w, mask, past = _shape(node, 0), _shape(node, 1), _shape(node, 3), _shape(node, 4)
+    for name in ("do_rotary", "past_present_share_buffer"):
+        if int(node.attr(name, 0)):
+            return f"Attention with {name}={int(node.attr(name))}: supported is 0"
+    if _given(node, 6):
+        return "Attention with input past_sequence_length (a shared past buffer): not supported"
+    sizes = node.attr("qkv_hidden_sizes", []) or []
+    if sizes and (len(sizes) != 3 or sizes[0] != sizes[1]):
+        return (f"Attention with qkv_hidden_sizes={list(sizes)}: supported are three sizes with Q's equal "
+                f"to K's")
+    if x is not None and len(x) != 3:
+        return f"Attention with input of shape {list(x)}: supported is 3-D (B, S, input hidden)"
+    if sizes and _given(node, 4) and sizes[1] != sizes[2]:
+        return f"Attention with past and qkv_hidden_sizes={list(sizes)}: past needs K's size equal to V's"
+    if mask is not None and x is not None:
+        b = x[0]
+        if not ((len(mask) == 1 and mask[0] in (b, 2 * b)) or len(mask) in (2, 3)):
+            return (f"Attention with mask_index of shape {list(mask)}: supported are (B,), (2B,), (B, T) "
+                    f"and (B, S, T) (B is {b}; the (B, 1, M, M) and (3B + 2,) forms are not)")
+    if past is not None and len(past) != 5:
+        return f"Attention with past of shape {list(past)}: supported is (2, B, N, P, H)"
+    if w is not None and len(w) != 2:
+        return f"Attention with weights of shape {list(w)}: supported is 2-D"
+    return None
+
+
+def _supports_attention(node: Node) -> str | None:
+    return first_reason(check_dtypes(node, ATTENTION_TYPES, (0, 1, 2, 4, 5), same=True),
+                        _attention_reason(node))
+
+
+@impls.register("Attention", "ms_float64", domain=MS_DOMAIN, priority=Priority.DEFAULT,
+                supports=_supports_attention)
+def ms_attention(node: Node) -> Kernel:
+    """com.microsoft Attention: Q, K, V = input @ weights + bias split by qkv_hidden_sizes (thirds
+    by default), multi-head attention with mask_index, attention_bias, unidirectional (causal)
+    and past (present = past then the new keys and values, stacked as (2, B, N, P + S, H))."""
+    heads = int(node.attr("num_heads"))
+    filter_value = float(node.attr("mask_filter_value", MASK_FILTER_VALUE))
+    uni = bool(int(node.attr("unidirectional", 0)))
+    n_out = len(node.outputs)
+
+    def run(x: np.ndarray, weights: np.ndarray, bias: np.ndarray | None = None,
+            mask: np.ndarray | None = None, past: np.ndarray | None = None,
+            attn_bias: np.ndarray | None = None, *_: Any) -> Any:
+        dq, dk, _dv = attention_sizes(node, weights.shape[1])
+        qkv = np.matmul(x.astype(np.float64), weights.astype(np.float64))
+        if bias is not None:
+            qkv = qkv + bias.astype(np.float64)
+        q = split_heads(qkv[..., :dq], heads)
+        k = split_heads(qkv[..., dq:dq + dk], heads)
+        v = split_heads(qkv[..., dq + dk:], heads)
+        if past is not None:
+            k = np.concatenate([past[0].astype(np.float64), k], axis=2)
+            v = np.concatenate([past[1].astype(np.float64), v], axis=2)
+        batch, _, s, head = q.shape
+        t = k.shape[2]
+        keep = None if mask is None else mask_index_keep(mask, batch, s, t)
+        visible = causal(s, t) if uni else None
+        y = attend(q, k, v, _scale(node, head), _f64(attn_bias), keep, filter_value, visible)
+        y = _as(merge_heads(y), x.dtype)
+        return y if n_out == 1 else (y, _as(np.stack([k, v]), x.dtype))
 
     return run

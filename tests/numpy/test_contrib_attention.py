@@ -18,15 +18,19 @@ def rand(*shape: int, dtype: type = np.float32) -> np.ndarray:
     return np.asarray(RNG.standard_normal(shape), dtype=dtype)
 
 
-def refused(op: str, inputs: list, outputs: list[str], attrs: dict, match: str) -> None:
+def refused(op: str, inputs: list, outputs: list[str], attrs: dict, match: str,
+            ort_runs: bool = True) -> None:
     """The numpy backend alone refuses the node with a reason matching ``match``; a default
-    Session runs it (on onnxruntime) as onnxruntime does."""
+    Session runs it (on onnxruntime) as onnxruntime does (where ``ort_runs``: onnxruntime's CPU
+    provider fails some forms too)."""
     from dispatch.errors import OpDispatchError
 
     model = one_node_model(op, inputs, outputs, attrs)
     feeds = {n: a for n, a in inputs if a is not None}
     with pytest.raises(OpDispatchError, match=match):
         run_ours(model, feeds)
+    if not ort_runs:
+        return
     for o, t in zip(run_ours(model, feeds, backends=None), run_ort(model, feeds)):
         np.testing.assert_allclose(o, t, rtol=1e-5, atol=1e-5)
 
@@ -147,6 +151,12 @@ def test_mha_past(mask, uni, s):
         bias=rand(3 * N * H), attrs={"unidirectional": uni}, outputs=3)
 
 
+@pytest.mark.parametrize("mask", ["lengths", "raw_2d", "all_masked_row", "zero_length"])
+def test_mha_unidirectional_with_masks(mask):
+    """The causal mask excludes future keys even in a row whose visible keys are all masked."""
+    mha(*qkv(L, L), mask=MASKS[mask], attrs={"unidirectional": 1})
+
+
 def test_mha_unidirectional_self_attention_and_value_width():
     q, k, v = qkv(S, S, dv=N * 4)
     mha(q, k, v, attrs={"unidirectional": 1}, outputs=3)
@@ -174,3 +184,88 @@ def test_mha_refused_forms(case, match):
     else:
         inputs = [("query", q), ("key", rand(B, N, L, H)), ("value", rand(B, N, L, H))]
     refused("MultiHeadAttention", inputs, ["output"], attrs, match)
+
+
+# -- Attention --------------------------------------------------------------------------------------
+
+DIN = 12
+
+
+def attention(x: np.ndarray, *, sizes: tuple[int, int, int] = (N * H,) * 3, bias: bool = True, mask=None,
+              past=None, attn_bias=None, attrs: dict | None = None, outputs: int = 1,
+              const: tuple[str, ...] = ()) -> list[np.ndarray]:
+    dtype = x.dtype
+    inputs = [("input", x), ("weights", rand(x.shape[-1], sum(sizes), dtype=dtype) * 0.5),
+              ("bias", rand(sum(sizes), dtype=dtype) if bias else None), ("mask_index", mask), ("past", past),
+              ("attention_bias", attn_bias)]
+    attrs = {"num_heads": N, **(attrs or {})}
+    if sizes[0] != sizes[2] or sizes[1] != sizes[2]:
+        attrs["qkv_hidden_sizes"] = list(sizes)
+    return check_against_ort("Attention", inputs, ["output", "present"][:outputs], attrs, const=const)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("uni", [0, 1])
+@pytest.mark.parametrize("bias", [False, True])
+def test_attention(dtype, uni, bias):
+    attention(rand(B, S, DIN, dtype=dtype), bias=bias, attrs={"unidirectional": uni}, outputs=2)
+
+
+ATT_MASKS = {
+    "lengths": np.array([2, 3], np.int32),
+    "ends_starts": np.array([3, 2, 1, 0], np.int32),
+    "raw_2d": np.array([[1, 0, 1], [1, 1, 0]], np.int32),
+    "raw_3d": (RNG.random((B, S, S)) > 0.3).astype(np.int32),
+    "all_masked": np.array([[0, 0, 0], [1, 1, 1]], np.int32),
+}
+
+
+@pytest.mark.parametrize("mask", sorted(ATT_MASKS))
+@pytest.mark.parametrize("uni", [0, 1])
+def test_attention_mask_index(mask, uni):
+    attention(rand(B, S, DIN), mask=ATT_MASKS[mask], attrs={"unidirectional": uni})
+
+
+@pytest.mark.parametrize("attrs", [{"scale": 0.2}, {"mask_filter_value": -1e4 * 3}])
+def test_attention_scale_and_filter_value(attrs):
+    attention(rand(B, S, DIN), mask=ATT_MASKS["raw_2d"], attrs=attrs)
+
+
+@pytest.mark.parametrize("sizes", [(16, 16, 8), (8, 8, 24)])
+def test_attention_qkv_hidden_sizes(sizes):
+    attention(rand(B, S, DIN), sizes=sizes, mask=ATT_MASKS["lengths"], const=("weights", "bias"))
+
+
+@pytest.mark.parametrize("shape", [(B, N, S, S), (1, 1, S, S), (B, 1, S, S)])
+def test_attention_bias_broadcast(shape):
+    attention(rand(B, S, DIN), attn_bias=rand(*shape))
+
+
+@pytest.mark.parametrize("uni", [0, 1])
+@pytest.mark.parametrize("s", [1, S])
+@pytest.mark.parametrize("mask", [False, True])
+def test_attention_past(uni, s, mask):
+    m = (RNG.random((B, P + s)) > 0.2).astype(np.int32) if mask else None
+    attention(rand(B, s, DIN), past=rand(2, B, N, P, H), mask=m, attrs={"unidirectional": uni}, outputs=2)
+
+
+@pytest.mark.parametrize("shape", [(B, 0, DIN), (0, S, DIN)])
+def test_attention_empty(shape):
+    attention(rand(*shape), outputs=2)
+
+
+@pytest.mark.parametrize("case,match", [
+    ("megatron_mask", "mask_index of shape \\[2, 1, 4, 4\\]: supported are"),
+    ("do_rotary", "do_rotary=1: supported is 0"),
+])
+def test_attention_refused_forms(case, match):
+    """Forms onnxruntime's CPU provider fails as well ("4D mask in attention cpu kernel is not
+    supported", "Rotary embedding is not supported in Attention CPU kernel")."""
+    x = rand(B, S, DIN)
+    inputs = [("input", x), ("weights", rand(DIN, 3 * N * H)), ("bias", rand(3 * N * H))]
+    attrs = {"num_heads": N}
+    if case == "megatron_mask":
+        inputs.append(("mask_index", np.tril(np.ones((B, 1, 4, 4), np.int32))))
+    else:
+        attrs["do_rotary"] = 1
+    refused("Attention", inputs, ["output"], attrs, match, ort_runs=False)
