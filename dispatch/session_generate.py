@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from dispatch.generation.decoder_io import DecoderIO, read_decoder
 from dispatch.generation.generate import DEFAULT_MAX_LENGTH, Generator
 from dispatch.generation.step_ways import StepWay
 from dispatch.generation.ways import (
@@ -44,11 +45,20 @@ class GenerateMixin:
             return default_step_way(self.registry, self.backend_order)
         return step_way(way, self.registry, self.backend_order)
 
+    def _decoder_io(self) -> DecoderIO:
+        """The session's model read as a decoder (once): a model that is not one raises
+        :class:`~dispatch.errors.ModelLoadError` before any way is looked for."""
+        io = self.__dict__.get("_generation_io")
+        if io is None:
+            io = self.__dict__["_generation_io"] = read_decoder(model_file(self._model))
+        return io
+
     def generator(self, way: str | None = None, *, max_length: int = DEFAULT_MAX_LENGTH) -> Generator:
         """The session's :class:`~dispatch.generation.generate.Generator` on ``way`` (built on
         the first call for that way, then kept), reset, holding at least ``max_length``
         positions: the step API (``prefill``, ``step``, ``reset``) for a serving loop. One
         generator runs one sequence at a time."""
+        io = self._decoder_io()
         chosen = self._step_way(way)
         lock = self.__dict__.setdefault("_generate_lock", threading.Lock())
         with lock:
@@ -56,8 +66,7 @@ class GenerateMixin:
             gen = generators.get(chosen.name)
             if gen is None:
                 threads = int(getattr(self.config, "threads", 0) or 0) or None
-                gen = Generator(model_file(self._model), chosen, max_length=max_length,
-                                threads=threads)
+                gen = Generator(io.path, chosen, max_length=max_length, threads=threads, io=io)
                 generators[chosen.name] = gen
         gen.reset(max(max_length, gen.max_length))
         return gen
