@@ -53,21 +53,28 @@ class GenerateMixin:
             io = self.__dict__["_generation_io"] = read_decoder(model_file(self._model))
         return io
 
-    def generator(self, way: str | None = None, *, max_length: int = DEFAULT_MAX_LENGTH) -> Generator:
-        """The session's :class:`~dispatch.generation.generate.Generator` on ``way`` (built on
-        the first call for that way, then kept), reset, holding at least ``max_length``
-        positions: the step API (``prefill``, ``step``, ``reset``) for a serving loop. One
-        generator runs one sequence at a time."""
+    def _built(self, way: str | None, max_length: int) -> tuple[Generator, threading.Lock]:
+        """The generator of ``way`` (built on first use, then kept) and the lock its
+        generations take turns by."""
         io = self._decoder_io()
         chosen = self._step_way(way)
         lock = self.__dict__.setdefault("_generate_lock", threading.Lock())
         with lock:
-            generators: dict[str, Generator] = self.__dict__.setdefault("_generators", {})
-            gen = generators.get(chosen.name)
-            if gen is None:
+            generators: dict[str, tuple[Generator, threading.Lock]] = \
+                self.__dict__.setdefault("_generators", {})
+            if chosen.name not in generators:
                 threads = int(getattr(self.config, "threads", 0) or 0) or None
                 gen = Generator(io.path, chosen, max_length=max_length, threads=threads, io=io)
-                generators[chosen.name] = gen
+                generators[chosen.name] = (gen, threading.Lock())
+            return generators[chosen.name]
+
+    def generator(self, way: str | None = None, *, max_length: int = DEFAULT_MAX_LENGTH) -> Generator:
+        """The session's :class:`~dispatch.generation.generate.Generator` on ``way`` (built on
+        the first call for that way, then kept), reset, holding at least ``max_length``
+        positions: the step API (``prefill``, ``step``, ``reset``) for a serving loop. One
+        generator runs one sequence at a time, and :meth:`generate` on the same way uses it
+        too; a loop running several sequences makes a ``Generator`` per sequence."""
+        gen, _ = self._built(way, max_length)
         gen.reset(max(max_length, gen.max_length))
         return gen
 
@@ -79,12 +86,15 @@ class GenerateMixin:
         or ``[1, sequence]``): greedy, or sampled (``do_sample``) with ``temperature``,
         ``top_k``, ``top_p`` and ``seed``; ``stop_tokens`` end it early (the stop token is the
         last one returned). ``way`` names the step way (:meth:`step_ways` lists them; default
-        the first available). Returns int64 ``[new tokens]``.
+        the first available). Returns int64 ``[new tokens]``. Concurrent calls on one way take
+        turns on its one generator.
 
         The model must be exported with its cache (``past_key_values.N.key`` inputs,
         ``present.N.key`` outputs); another model raises
         :class:`~dispatch.errors.ModelLoadError` saying what it has and what was expected."""
         need = int(np.shape(input_ids)[-1]) + int(max_new_tokens)
-        gen = self.generator(way, max_length=need)
-        return gen.generate(input_ids, max_new_tokens, do_sample=do_sample, temperature=temperature,
-                            top_k=top_k, top_p=top_p, seed=seed, stop_tokens=stop_tokens)
+        gen, turn = self._built(way, need)
+        with turn:
+            return gen.generate(input_ids, max_new_tokens, do_sample=do_sample,
+                                temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
+                                stop_tokens=stop_tokens)

@@ -121,6 +121,10 @@ class DecoderIO:
     outputs: tuple[Declared, ...]
 
     @property
+    def logits_dtype(self) -> np.dtype:
+        return next(o.dtype for o in self.outputs if o.name == self.logits)
+
+    @property
     def layers(self) -> int:
         return len(self.cache) // 2
 

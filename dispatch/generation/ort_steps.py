@@ -44,11 +44,9 @@ class BoundRunner:
         self.session = _session(io, threads)
         self.binding = self.session.io_binding()
         self.kv: KVCache | None = None
-        self._logits = np.empty(0, dtype=np.float32)
+        self._logits = np.empty(0, dtype=io.logits_dtype)
         #: logits buffers allocated (once for the longest prompt seen)
         self.logits_allocations = 0
-        logits_type = next(o.type for o in self.session.get_outputs() if o.name == io.logits)
-        self._logits_dtype = np.float16 if "float16" in logits_type else np.float32
 
     @property
     def length(self) -> int:
@@ -73,7 +71,7 @@ class BoundRunner:
         batch = kv.batch
         size = batch * new * self.io.vocab
         if self._logits.size < size:
-            self._logits = np.empty(size, dtype=self._logits_dtype)
+            self._logits = np.empty(size, dtype=self.io.logits_dtype)
             self.logits_allocations += 1
         logits = self._logits[:size].reshape(batch, new, self.io.vocab)
         for name, array in inputs.items():

@@ -56,8 +56,11 @@ class SharedRunner:
         self.compiled = ov.Core().compile_model(io.path, "CPU", _config(threads))
         self.request = self.compiled.create_infer_request()
         self.kv: KVCache | None = None
-        self._logits = np.empty(0, dtype=np.float32)
+        self._logits = np.empty(0, dtype=io.logits_dtype)
+        #: logits buffers allocated (once for the longest prompt seen)
         self.logits_allocations = 0
+        #: steps whose outputs the plugin put in memory of its own (then copied into the cache)
+        self.copied_steps = 0
 
     @property
     def length(self) -> int:
@@ -78,7 +81,7 @@ class SharedRunner:
             raise RuntimeError("begin() a generation before running a step")
         size = kv.batch * new * self.io.vocab
         if self._logits.size < size:
-            self._logits = np.empty(size, dtype=np.float32)
+            self._logits = np.empty(size, dtype=self.io.logits_dtype)
             self.logits_allocations += 1
         logits = self._logits[:size].reshape(kv.batch, new, self.io.vocab)
         for name, array in inputs.items():
@@ -92,6 +95,7 @@ class SharedRunner:
         self.request.infer(share_inputs=True, share_outputs=True)  # no copy of the outputs
         written = self.request.get_tensor(self.io.cache[0].present).data
         if written.ctypes.data != presents[0].ctypes.data:  # the plugin chose its own memory
+            self.copied_steps += 1
             for tensor, present in zip(self.io.cache, presents):
                 np.copyto(present, self.request.get_tensor(tensor.present).data)
             np.copyto(logits, self.request.get_tensor(self.io.logits).data)

@@ -51,6 +51,7 @@ def test_past_buffers_are_allocated_once_and_swapped(way):
     assert [id(b) for b in kv.buffers()] == identities
     assert kv.allocations == 2 * tensors
     assert gen.runner.logits_allocations == 1
+    assert getattr(gen.runner, "copied_steps", 0) == 0  # OpenVINO wrote into the buffers given
     # another generation of the same capacity reuses them; a longer one allocates once more
     gen.generate(PROMPT, 20)
     assert [id(b) for b in kv.buffers()] == identities and kv.allocations == 2 * tensors

@@ -85,3 +85,12 @@ def test_session_generate_picks_iobinding_and_takes_the_way(reference_tokens):
         == reference_tokens["gpt2"][:20]
     # the generator of a way is built once per session
     assert session.generator("onnxruntime") is session.generator("onnxruntime")
+
+
+def test_concurrent_session_generations_take_turns(reference_tokens):
+    from concurrent.futures import ThreadPoolExecutor
+
+    session = Session(str(MODELS["llama"]), backends=["onnxruntime"])
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda n: session.generate(PROMPT, n).tolist(), [64, 32, 64, 48]))
+    assert results == [reference_tokens["llama"][:n] for n in (64, 32, 64, 48)]
