@@ -162,6 +162,13 @@ def check(model, path: Path, takes_positions: bool, prompt: int = 5, steps: int 
                          f"difference {np.abs(got - want[-1]).max():.3g})")
 
 
+def bench_gpt2(out: Path | None = None) -> Path:
+    """The bench GPT-2 (12 layers, hidden 768, 12 heads, vocabulary 50257, 1024 positions: 124M
+    parameters, transformers' 0.02 initialisation) exported with its cache to ``out`` (default
+    ``~/.cache/opdispatch/bench-models/decoders/gpt2.onnx``; ~650 MB, one file)."""
+    return export("gpt2", out or BENCH_DIR / "gpt2.onnx", 12, 768, 50257, 1024)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--family", choices=("gpt2", "llama"), help="one family (default: both tiny)")
@@ -178,7 +185,7 @@ def main(argv: list[str] | None = None) -> None:
                         help=f"the bench GPT-2 (12 layers, hidden 768, vocabulary 50257) into {BENCH_DIR}")
     args = parser.parse_args(argv)
     if args.bench:
-        export("gpt2", args.out or BENCH_DIR / "gpt2.onnx", 12, 768, 50257, 1024)
+        bench_gpt2(args.out)
     elif args.family:
         export(args.family, args.out or HERE / f"{args.family}_tiny.onnx", args.layers, args.hidden,
                args.vocab, args.positions, args.init)
