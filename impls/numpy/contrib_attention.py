@@ -1,6 +1,6 @@
 """numpy references of onnxruntime's contrib attention operators (domain ``com.microsoft``,
-issue 52): RotaryEmbedding, MultiHeadAttention and Attention; GroupQueryAttention is in
-:mod:`impls.numpy.contrib_gqa` (schemas: :mod:`dispatch.contrib_schemas_attention`). What
+issue 52): RotaryEmbedding, MultiHeadAttention, Attention and GroupQueryAttention (schemas:
+:mod:`dispatch.contrib_schemas_attention`). What
 onnxruntime 1.32's CPU provider computes is the truth; a form not covered here is refused by
 the kernel's ``supports`` with the attribute or shape received and what is covered, so that
 the dispatcher runs the node on onnxruntime.
@@ -72,10 +72,17 @@ def rotate(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, interleaved: bool) -
     return out
 
 
-def softmax(z: np.ndarray) -> np.ndarray:
-    """Softmax over the last axis."""
-    e = np.exp(z - z.max(axis=-1, keepdims=True))
-    return e / e.sum(axis=-1, keepdims=True)
+def softmax(z: np.ndarray, sink: np.ndarray | None = None) -> np.ndarray:
+    """Softmax over the last axis; with ``sink`` (broadcast to z's shape without its last axis)
+    one more logit joins the denominator only: ``exp(z_i) / (exp(sink) + sum_j exp(z_j))``."""
+    top = z.max(axis=-1, keepdims=True)
+    if sink is not None:
+        top = np.maximum(top, sink[..., None])
+    e = np.exp(z - top)
+    total = e.sum(axis=-1, keepdims=True)
+    if sink is not None:
+        total = total + np.exp(sink[..., None] - top)
+    return e / total
 
 
 def masked_scores(scores: np.ndarray, keep: np.ndarray | None, filter_value: float) -> np.ndarray:
@@ -386,5 +393,152 @@ def ms_attention(node: Node) -> Kernel:
         y = attend(q, k, v, _scale(node, head), _f64(attn_bias), keep, filter_value, visible)
         y = _as(merge_heads(y), x.dtype)
         return y if n_out == 1 else (y, _as(np.stack([k, v]), x.dtype))
+
+    return run
+
+
+# -- GroupQueryAttention ----------------------------------------------------------------------------
+
+#: GroupQueryAttention inputs the reference does not take, by index
+_GQA_UNSUPPORTED_INPUTS = {9: "position_ids", 12: "k_scale", 13: "v_scale", 14: "q_norm_weight",
+                           15: "k_norm_weight", 16: "query_seqlens"}
+#: GroupQueryAttention attributes the reference takes only at their default
+_GQA_DEFAULT_ONLY = {"k_quant_type": "NONE", "v_quant_type": "NONE", "kv_cache_bit_width": 0,
+                     "sliding_window_cache": 0, "qk_output": 0}
+
+
+def _gqa_reason(node: Node) -> str | None:
+    """Why a GroupQueryAttention node is outside the covered forms, or ``None``."""
+    for k, name in _GQA_UNSUPPORTED_INPUTS.items():
+        if _given(node, k):
+            return f"GroupQueryAttention with input {name}: not supported"
+    for name, default in _GQA_DEFAULT_ONLY.items():
+        value = node.attr(name, default)
+        value = value.decode() if isinstance(value, bytes) else value
+        if value != default:
+            return f"GroupQueryAttention with {name}={value!r}: supported is {default!r}"
+    if wants_output(node, 3):
+        return "GroupQueryAttention's output_qk: not supported"
+    if _given(node, 1) != _given(node, 2) or _given(node, 3) != _given(node, 4):
+        return "GroupQueryAttention needs key and value (past_key and past_value) both or neither"
+    heads, kv_heads = int(node.attr("num_heads", 0)), int(node.attr("kv_num_heads", 0))
+    if kv_heads <= 0 or heads % kv_heads:
+        return (f"GroupQueryAttention with num_heads={heads} and kv_num_heads={kv_heads}: num_heads must be "
+                f"a positive multiple of kv_num_heads")
+    if int(node.attr("do_rotary", 0)) and not (_given(node, 7) and _given(node, 8)):
+        return "GroupQueryAttention with do_rotary=1 needs cos_cache and sin_cache"
+    window, softcap = int(node.attr("local_window_size", -1)), float(node.attr("softcap", 0.0))
+    if window > 0 and softcap > 0:
+        return (f"GroupQueryAttention with local_window_size={window} and softcap={softcap} together: "
+                f"supported is one or the other (onnxruntime 1.32's prompt kernel combines them by no "
+                f"documented rule)")
+    q = _shape(node, 0)
+    if q is not None and len(q) != 3:
+        return f"GroupQueryAttention with query of shape {list(q)}: supported is 3-D (B, S, D)"
+    return None
+
+
+def _supports_gqa(node: Node) -> str | None:
+    return first_reason(check_dtypes(node, ATTENTION_TYPES, (0, 1, 2, 3, 4, 7, 8, 10, 11), same=True),
+                        _gqa_reason(node))
+
+
+def gqa_split(query: np.ndarray, key: np.ndarray | None, value: np.ndarray | None, heads: int,
+              kv_heads: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(B, N, S, H) query and (B, Nkv, S, H) new keys and values, from separate inputs or from
+    a query packing them ((B, S, (N + 2 Nkv) H))."""
+    q = query.astype(np.float64)
+    if key is None or value is None:
+        head = q.shape[2] // (heads + 2 * kv_heads)
+        q, key, value = (q[..., : heads * head], q[..., heads * head:(heads + kv_heads) * head],
+                         q[..., (heads + kv_heads) * head:])
+    return (split_heads(q, heads), split_heads(key.astype(np.float64), kv_heads),
+            split_heads(value.astype(np.float64), kv_heads))
+
+
+def gqa_visible(past: int, s: int, t: int, valid: int, is_causal: bool, window: int) -> np.ndarray:
+    """(S, T) keys query i (position past + i) sees: the first ``valid``, not after itself when
+    causal, and within the last ``window`` positions when window > 0."""
+    j, i = np.arange(t)[None, :], past + np.arange(s)[:, None]
+    seen = np.broadcast_to(j < valid, (s, t))
+    if is_causal:
+        seen = seen & (j <= i)
+    if window > 0:
+        seen = seen & (j > i - window)
+    return seen
+
+
+@impls.register("GroupQueryAttention", "ms_float64", domain=MS_DOMAIN, priority=Priority.DEFAULT,
+                supports=_supports_gqa)
+def ms_group_query_attention(node: Node) -> Kernel:
+    """com.microsoft GroupQueryAttention: each of kv_num_heads key / value heads serves
+    num_heads / kv_num_heads query heads. Batch b holds ``seqlens_k[b] + 1`` valid positions
+    after this step; its S new keys go at positions ``seqlens_k[b] + 1 - S`` on (0 on the first
+    prompt, when ``total_sequence_length`` equals S: a right-padded prompt). present_key /
+    present_value are (B, Nkv, max(past buffer, total_sequence_length), H): past's valid
+    positions, then the new ones, zeros after (onnxruntime, given separate buffers, writes zeros
+    there; where present shares past's buffer those positions keep past's values, which no
+    query reads). Optional: rotary embedding of q and k at their positions (do_rotary,
+    rotary_interleaved), softcap, local_window_size, attention_bias over the first
+    total_sequence_length keys, smooth_softmax and head_sink, causal=0."""
+    heads, kv_heads = int(node.attr("num_heads")), int(node.attr("kv_num_heads"))
+    is_causal = bool(int(node.attr("causal", 1)))
+    window = int(node.attr("local_window_size", -1))
+    softcap = float(node.attr("softcap", 0.0))
+    rotary = bool(int(node.attr("do_rotary", 0)))
+    interleaved = bool(int(node.attr("rotary_interleaved", 0)))
+    smooth = int(node.attr("smooth_softmax", -1)) > 0
+    n_out = len(node.outputs)
+
+    def run(query: np.ndarray, key: np.ndarray | None, value: np.ndarray | None,
+            past_key: np.ndarray | None, past_value: np.ndarray | None, seqlens_k: np.ndarray,
+            total_length: np.ndarray, cos: np.ndarray | None = None, sin: np.ndarray | None = None,
+            _pos: Any = None, attn_bias: np.ndarray | None = None, head_sink: np.ndarray | None = None,
+            *_: Any) -> Any:
+        q, k, v = gqa_split(query, key, value, heads, kv_heads)
+        batch, _, s, head = q.shape
+        total = int(np.asarray(total_length).reshape(-1)[0])
+        if total < max(s, 1):  # (also what tells load-time shape filling that present's length is data)
+            raise ValueError(f"GroupQueryAttention: total_sequence_length {total} is below the {s} new "
+                             f"positions (it must be positive)")
+        buffer = 0 if past_key is None else past_key.shape[2]
+        t = max(buffer, total)
+        first_prompt = past_key is None or total == s
+        present_k, present_v = np.zeros((batch, kv_heads, t, head)), np.zeros((batch, kv_heads, t, head))
+        out = np.zeros((batch, heads, s, v.shape[-1]))
+        scale = _scale(node, head)
+        for b in range(batch):
+            valid = int(seqlens_k[b]) + 1
+            past = 0 if first_prompt else valid - s
+            if past < 0 or past + s > t:
+                raise ValueError(f"GroupQueryAttention: seqlens_k[{b}] = {valid - 1} with {s} new positions "
+                                 f"and a cache of {t} positions places them outside the cache")
+            qb, kb = q[b], k[b]
+            if rotary:
+                rows = np.arange(past, past + s)
+                c, sn = cache_rows(cos, rows), cache_rows(sin, rows)
+                qb, kb = rotate(qb, c, sn, interleaved), rotate(kb, c, sn, interleaved)
+            if past_key is not None and past_value is not None:
+                present_k[b, :, :past] = past_key[b, :, :past]
+                present_v[b, :, :past] = past_value[b, :, :past]
+            present_k[b, :, past:past + s], present_v[b, :, past:past + s] = kb, v[b]
+            group = heads // kv_heads
+            keys, values = np.repeat(present_k[b], group, axis=0), np.repeat(present_v[b], group, axis=0)
+            scores = np.matmul(qb, np.swapaxes(keys, -1, -2)) * scale
+            if softcap > 0:
+                scores = softcap * np.tanh(scores / softcap)
+            if attn_bias is not None:
+                scores[..., : attn_bias.shape[-1]] += attn_bias[b if attn_bias.shape[0] > 1 else 0]
+            scores = np.where(gqa_visible(past, s, t, valid, is_causal, window), scores, -np.inf)
+            sink = None
+            if head_sink is not None:
+                sink = np.broadcast_to(head_sink.astype(np.float64)[:, None], (heads, s))
+            elif smooth:
+                sink = np.zeros((heads, s))
+            if s:
+                out[b] = np.matmul(softmax(scores, sink), values)
+        cache_type = query.dtype if past_key is None else past_key.dtype
+        outs = (_as(merge_heads(out), query.dtype), _as(present_k, cache_type), _as(present_v, cache_type))
+        return outs[0] if n_out == 1 else outs[:n_out]
 
     return run

@@ -269,3 +269,118 @@ def test_attention_refused_forms(case, match):
     else:
         attrs["do_rotary"] = 1
     refused("Attention", inputs, ["output"], attrs, match, ort_runs=False)
+
+
+# -- GroupQueryAttention -------------------------------------------------------------------------------
+
+NQ, NKV, HG = 4, 2, 16  # onnxruntime's rotary wants heads of a multiple of 16
+BUFFER = 8
+
+
+def gqa(q: np.ndarray, k: np.ndarray | None, v: np.ndarray | None, seqlens: list[int], total: int, *,
+        past: tuple | None = None, rotary: tuple | None = None, attn_bias=None, head_sink=None,
+        attrs: dict | None = None, kv_heads: int = NKV) -> list[np.ndarray]:
+    inputs = [("query", q), ("key", k), ("value", v), ("past_key", None if past is None else past[0]),
+              ("past_value", None if past is None else past[1]),
+              ("seqlens_k", np.array(seqlens, np.int32)),
+              ("total_sequence_length", np.array(total, np.int32)),
+              ("cos_cache", None if rotary is None else rotary[0]),
+              ("sin_cache", None if rotary is None else rotary[1]), ("position_ids", None),
+              ("attention_bias", attn_bias), ("head_sink", head_sink)]
+    attrs = {"num_heads": NQ, "kv_num_heads": kv_heads, **(attrs or {})}
+    if rotary is not None:
+        attrs.setdefault("do_rotary", 1)
+    return check_against_ort("GroupQueryAttention", inputs, ["output", "present_key", "present_value"], attrs)
+
+
+def gqa_qkv(b: int = B, s: int = S, dtype: type = np.float32, kv_heads: int = NKV) -> tuple:
+    return rand(b, s, NQ * HG, dtype=dtype), rand(b, s, kv_heads * HG, dtype=dtype), rand(b, s, kv_heads * HG,
+                                                                                            dtype=dtype)
+
+
+def gqa_past(b: int = B, buffer: int = BUFFER, dtype: type = np.float32) -> tuple:
+    return rand(b, NKV, buffer, HG, dtype=dtype), rand(b, NKV, buffer, HG, dtype=dtype)
+
+
+def cache(dtype: type = np.float32, half: int = HG // 2) -> tuple:
+    return rand(32, half, dtype=dtype), rand(32, half, dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("seqlens", [[S - 1, S - 1], [1, S - 1]], ids=["full", "right_padded"])
+@pytest.mark.parametrize("kv_heads", [NKV, NQ, 1])
+def test_gqa_prompt(dtype, seqlens, kv_heads):
+    gqa(*gqa_qkv(dtype=dtype, kv_heads=kv_heads), seqlens, S, kv_heads=kv_heads)
+
+
+def test_gqa_packed_qkv():
+    q, k, v = gqa_qkv()
+    gqa(np.concatenate([q, k, v], axis=-1), None, None, [S - 1, S - 1], S)
+
+
+@pytest.mark.parametrize("total", [5, 7, 12])
+@pytest.mark.parametrize("buffer", [4, BUFFER])
+def test_gqa_decode_with_past(total, buffer):
+    """One new position after a past of seqlens_k positions; total_sequence_length above the
+    past buffer grows present, below it present is the buffer's length (shared buffer)."""
+    if total - 1 > buffer + 1:
+        buffer = total
+    gqa(*gqa_qkv(s=1), [total - 1, total - 3], total, past=gqa_past(buffer=buffer))
+
+
+def test_gqa_prompt_with_a_past_buffer_and_a_chunk():
+    """total_sequence_length equal to S: a first prompt (past ignored); a later chunk of S > 1
+    (onnxruntime wants batch 1 then)."""
+    gqa(*gqa_qkv(), [S - 1, S - 2], S, past=gqa_past())
+    gqa(*gqa_qkv(b=1), [6], 7, past=gqa_past(b=1))
+
+
+@pytest.mark.parametrize("interleaved", [0, 1])
+@pytest.mark.parametrize("step", ["prompt", "decode", "packed"])
+def test_gqa_rotary(interleaved, step):
+    attrs = {"rotary_interleaved": interleaved}
+    if step == "decode":
+        gqa(*gqa_qkv(s=1), [4, 2], 5, past=gqa_past(), rotary=cache(), attrs=attrs)
+    elif step == "packed":
+        gqa(np.concatenate(gqa_qkv(), axis=-1), None, None, [S - 1, 1], S, rotary=cache(), attrs=attrs)
+    else:
+        gqa(*gqa_qkv(), [S - 1, 1], S, rotary=cache(), attrs=attrs)
+
+
+@pytest.mark.parametrize("attrs", [{"local_window_size": 2}, {"softcap": 2.0}, {"scale": 0.2}, {"causal": 0},
+                                   {"smooth_softmax": 1}])
+@pytest.mark.parametrize("step", ["prompt", "decode"])
+def test_gqa_attributes(attrs, step):
+    if step == "prompt":
+        gqa(*gqa_qkv(s=5), [4, 3], 5, attrs=attrs)
+    else:
+        gqa(*gqa_qkv(s=1), [6, 2], 7, past=gqa_past(), attrs=attrs)
+
+
+@pytest.mark.parametrize("shape", [(B, NQ, 1, 7), (1, 1, 1, 7), (B, 1, 1, 7)])
+def test_gqa_attention_bias_over_the_total_length(shape):
+    gqa(*gqa_qkv(s=1), [6, 4], 7, past=gqa_past(), attn_bias=rand(*shape))
+
+
+def test_gqa_head_sink():
+    gqa(*gqa_qkv(), [S - 1, S - 1], S, head_sink=rand(NQ))
+
+
+@pytest.mark.parametrize("case,match", [
+    ("quantized_cache", "k_quant_type='PER_TENSOR': supported is 'NONE'"),
+    ("qk_output", "qk_output=1: supported is 0"),
+    ("window_and_softcap", "local_window_size=3 and softcap=5.0 together"),
+])
+def test_gqa_refused_forms(case, match):
+    q, k, v = gqa_qkv()
+    inputs = [("query", q), ("key", k), ("value", v), ("past_key", None), ("past_value", None),
+              ("seqlens_k", np.array([S - 1, S - 1], np.int32)),
+              ("total_sequence_length", np.array(S, np.int32))]
+    attrs = {"num_heads": NQ, "kv_num_heads": NKV}
+    if case == "quantized_cache":
+        attrs["k_quant_type"] = "PER_TENSOR"
+    elif case == "qk_output":
+        attrs["qk_output"] = 1
+    else:
+        attrs.update(local_window_size=3, softcap=5.0)
+    refused("GroupQueryAttention", inputs, ["output"], attrs, match, ort_runs=case == "window_and_softcap")
