@@ -303,6 +303,11 @@ def _register_all() -> dict[tuple[str, str], str]:
         return dict(_registered)
     import onnx
 
+    # onnx's reference evaluator builds its table of schemas when first imported and fails on
+    # two operators of one name in different domains (com.microsoft::Gelu beside ONNX's Gelu,
+    # RotaryEmbedding, Attention): imported before the contrib schemas join onnx's registry
+    import onnx.reference.op_run
+
     from dispatch.errors import RegistryError
     from dispatch.op_schema import register_op_schema
 

@@ -44,6 +44,7 @@ MODULES = (
     "contrib_normalization",
     "contrib_matmul",
     "contrib_attention",
+    "contrib_quantized",
 )
 
 

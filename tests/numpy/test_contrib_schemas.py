@@ -170,3 +170,15 @@ def test_an_unknown_custom_domain_still_gets_the_clear_error():
                        r"com.microsoft::QAttention \(nodes: attention\); "
                        r"com.nobody::Mystery \(nodes: mystery\)"):
         run_ours(model, {"x": x}, backends=None)
+
+
+def test_onnx_reference_imports_after_the_contrib_schemas():
+    """onnx.reference builds its schema table on first import and fails on one name in two
+    domains (com.microsoft::Gelu beside ONNX's Gelu): registering must not break it."""
+    import subprocess
+    import sys
+
+    code = ("from dispatch.contrib_schemas import register_all; register_all(); "
+            "from onnx.reference import ReferenceEvaluator; print('ok')")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "ok", done.stderr[-2000:]

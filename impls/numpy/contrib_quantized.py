@@ -1,0 +1,110 @@
+"""numpy references of onnxruntime's contrib quantized matmuls (domain ``com.microsoft``, issue
+52): MatMulNBits, DynamicQuantizeMatMul and MatMulIntegerToFloat (schemas:
+:mod:`dispatch.contrib_schemas_attention`).
+
+- ``MatMulNBits(A, B, scales, zero_points?, g_idx?, bias?)``: ``Y = A @ W^T (+ bias)`` with W
+  (N, K) dequantized from B (N, blocks, block_size * bits / 8) uint8, ``bits`` (2, 4 or 8) per
+  value, the low bits of each byte first; block ``j`` of row ``n`` is ``(q - zero) *
+  scales[n, j]``. Zero points: absent, ``2^(bits - 1)``; uint8, packed like B, each row's
+  blocks padded to whole bytes; or floats of the scales' type. ``g_idx`` (K,) names the block
+  of each column instead of ``k // block_size``. W is dequantized in float64 and A multiplied
+  in float64: ``accuracy_level`` (which lets onnxruntime quantize A to int8 on the fly, level
+  4) changes onnxruntime's rounding, not the reference (the tests' tolerance says by how much).
+- ``DynamicQuantizeMatMul(A, B, b_scale, b_zero_point?, bias?)``: A quantized to uint8 per
+  tensor as onnxruntime's DynamicQuantizeLinear does (scale ``(max(A, 0) - min(A, 0)) / 255``,
+  zero point rounded half to even), then ``(A_q - a_zero) @ (B - b_zero) * a_scale * b_scale``
+  (per-tensor or per-column b_scale / b_zero_point) ``(+ bias)``.
+- ``MatMulIntegerToFloat(A, B, a_scale, b_scale, a_zero_point?, b_zero_point?, bias?)``:
+  ``(A - a_zero) @ (B - b_zero) * a_scale * b_scale (+ bias)``, in a_scale's type.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from dispatch.graph import Node
+from dispatch.registry import Priority
+from impls.numpy.contrib_activations import MS_DOMAIN
+from impls.numpy.misc import check_dtypes, first_reason
+from impls.numpy.table import impls
+
+Kernel = Callable[..., Any]
+
+NBITS_TYPES = frozenset({"float16", "float32"})
+#: the bit widths MatMulNBits' reference unpacks
+NBITS = (2, 4, 8)
+
+
+def unpack_bits(packed: np.ndarray, bits: int, count: int) -> np.ndarray:
+    """The first ``count`` ``bits``-bit values of each row of ``packed`` (uint8, the low bits of
+    each byte first), as int64 (..., count)."""
+    per_byte = 8 // bits
+    shifts = np.arange(per_byte, dtype=np.uint8) * bits
+    values = (packed[..., None] >> shifts) & np.uint8((1 << bits) - 1)
+    return values.reshape(*packed.shape[:-1], -1)[..., :count].astype(np.int64)
+
+
+def block_of_columns(k: int, block_size: int, g_idx: np.ndarray | None) -> np.ndarray:
+    """The block (scale / zero point column) of each of the K columns."""
+    return np.arange(k) // block_size if g_idx is None else g_idx.astype(np.int64)
+
+
+def dequantize_nbits(b: np.ndarray, scales: np.ndarray, zero_points: np.ndarray | None, n: int, k: int,
+                     bits: int, block_size: int, g_idx: np.ndarray | None = None) -> np.ndarray:
+    """W (N, K) in float64 from MatMulNBits' B, scales and zero points (module docstring)."""
+    blocks = math.ceil(k / block_size)
+    q = unpack_bits(b.reshape(n, blocks, -1), bits, block_size).reshape(n, -1)[:, :k]
+    scale = scales.astype(np.float64).reshape(n, blocks)
+    if zero_points is None:
+        zero = np.full((n, blocks), float(1 << (bits - 1)))
+    elif zero_points.dtype == np.uint8:
+        zero = unpack_bits(zero_points.reshape(n, -1), bits, blocks).astype(np.float64)
+    else:
+        zero = zero_points.astype(np.float64).reshape(n, blocks)
+    col = block_of_columns(k, block_size, g_idx)
+    return (q - zero[:, col]) * scale[:, col]
+
+
+def _nbits_reason(node: Node) -> str | None:
+    bits, block = int(node.attr("bits", 4)), int(node.attr("block_size", 0))
+    if bits not in NBITS:
+        return f"MatMulNBits with bits={bits}: supported are {', '.join(map(str, NBITS))}"
+    if block < 16 or block & (block - 1):
+        return f"MatMulNBits with block_size={block}: supported are powers of 2 from 16"
+    if int(node.attr("weight_prepacked", 0)):
+        return "MatMulNBits with weight_prepacked=1: supported is 0 (B in its plain packed layout)"
+    zp = node.input(3)
+    if zp is not None and node.input(4) is not None and (zp.dtype is None or np.dtype(zp.dtype) == np.uint8):
+        return ("MatMulNBits with g_idx and uint8 zero_points: supported are g_idx with float zero points or "
+                "none (onnxruntime 1.32 ignores packed zero points when g_idx is given)")
+    if zp is not None and zp.dtype is not None and np.dtype(zp.dtype) != np.uint8:
+        scales = node.input(2)
+        if scales is not None and scales.dtype is not None and np.dtype(scales.dtype) != np.dtype(zp.dtype):
+            return "MatMulNBits with float zero_points of a type other than the scales': not supported"
+    return None
+
+
+def _supports_nbits(node: Node) -> str | None:
+    return first_reason(check_dtypes(node, NBITS_TYPES, (0, 2, 5), same=True), _nbits_reason(node))
+
+
+@impls.register("MatMulNBits", "ms_dequantized", domain=MS_DOMAIN, priority=Priority.DEFAULT,
+                supports=_supports_nbits)
+def ms_matmul_nbits(node: Node) -> Kernel:
+    """com.microsoft MatMulNBits: A times the dequantized W (N, K) transposed, plus bias."""
+    n, k = int(node.attr("N")), int(node.attr("K"))
+    bits, block = int(node.attr("bits", 4)), int(node.attr("block_size"))
+
+    def run(a: np.ndarray, b: np.ndarray, scales: np.ndarray, zero_points: np.ndarray | None = None,
+            g_idx: np.ndarray | None = None, bias: np.ndarray | None = None) -> np.ndarray:
+        w = dequantize_nbits(b, scales, zero_points, n, k, bits, block, g_idx)
+        y = np.matmul(a.astype(np.float64), w.T)
+        if bias is not None:
+            y = y + bias.astype(np.float64)
+        return np.ascontiguousarray(y.astype(a.dtype))
+
+    return run
