@@ -72,6 +72,7 @@ class Generator:
         self._mask = np.ones((1, self.max_length), dtype=np.int64)
         self._positions = np.arange(self.max_length, dtype=np.int64)[None]
         self._branch = np.ones(1, dtype=bool)
+        self._one = np.zeros((1, 1), dtype=np.int64)
         self._allocated = self.max_length
 
     @property
@@ -86,6 +87,10 @@ class Generator:
         self._started = False
 
     def _tokens(self, token_ids: Any, what: str) -> np.ndarray:
+        if isinstance(token_ids, list | tuple) and len(token_ids) == 1 and isinstance(
+                token_ids[0], int | np.integer) and 0 <= token_ids[0] < self.io.vocab:
+            self._one[0, 0] = token_ids[0]  # the usual step: one valid token, checked cheaply
+            return self._one
         ids = np.asarray(token_ids)
         if ids.ndim == 1:
             ids = ids[None]
@@ -163,7 +168,7 @@ class Generator:
             if token in stops:
                 return out[: i + 1]
             if i + 1 < max_new_tokens:
-                logits = self.step(out[i:i + 1])
+                logits = self.step([out[i]])
         return out
 
     def describe(self) -> str:

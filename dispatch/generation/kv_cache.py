@@ -41,6 +41,9 @@ class KVCache:
         self.allocations = 0
         self._front: list[np.ndarray] = []
         self._back: list[np.ndarray] = []
+        # per tensor: the elements of one position, and its shape with the length left to fill
+        self._per_position = [t.elements(self.batch, 1) for t in io.cache]
+        self._shapes = [list(t.dims(self.batch, 0)) for t in io.cache]
         self.ensure(capacity)
 
     def ensure(self, capacity: int) -> None:
@@ -71,19 +74,22 @@ class KVCache:
                 f"tokens); it holds {self.length} and {new} more were asked for; make the "
                 f"generator with a larger capacity (max_length)")
 
-    def _view(self, buffer: np.ndarray, tensor: CacheTensor, length: int) -> np.ndarray:
-        dims = tensor.dims(self.batch, length)
-        return buffer[: int(np.prod(dims, dtype=np.int64))].reshape(dims)
+    def _views(self, buffers: list[np.ndarray], length: int) -> list[np.ndarray]:
+        out = []
+        for buffer, tensor, per, shape in zip(buffers, self.io.cache, self._per_position, self._shapes):
+            shape[tensor.past_axis] = length
+            out.append(buffer[: per * length].reshape(shape))
+        return out
 
     def pasts(self) -> list[np.ndarray]:
         """The past of every tensor (at the current length), views of the front buffers."""
-        return [self._view(b, t, self.length) for b, t in zip(self._front, self.io.cache)]
+        return self._views(self._front, self.length)
 
     def presents(self, new: int) -> list[np.ndarray]:
         """Where the library writes every present of a step adding ``new`` positions: views of
         the back buffers at the current length plus ``new``."""
         self.check_room(new)
-        return [self._view(b, t, self.length + new) for b, t in zip(self._back, self.io.cache)]
+        return self._views(self._back, self.length + new)
 
     def advance(self, new: int) -> None:
         """The presents of a step adding ``new`` positions were written: they become the past."""
