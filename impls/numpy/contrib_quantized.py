@@ -108,3 +108,93 @@ def ms_matmul_nbits(node: Node) -> Kernel:
         return np.ascontiguousarray(y.astype(a.dtype))
 
     return run
+
+
+# -- DynamicQuantizeMatMul and MatMulIntegerToFloat ------------------------------------------------
+
+
+def dynamic_quantize(a: np.ndarray) -> tuple[np.ndarray, float, int]:
+    """A (float32) as onnxruntime's DynamicQuantizeLinear quantizes it to uint8 per tensor:
+    (A_q, scale, zero point), the range widened to hold 0, the zero point and the values
+    rounded half to even in float32."""
+    lo = min(float(a.min(initial=0.0)), 0.0)
+    hi = max(float(a.max(initial=0.0)), 0.0)
+    scale = np.float32((hi - lo) / 255.0)
+    if scale == 0:
+        return np.zeros(a.shape, np.int64), 0.0, 0
+    zero = int(np.clip(np.round(np.float32(0.0) - np.float32(lo) / scale), 0, 255))
+    q = np.clip(np.round(a.astype(np.float32) / scale) + zero, 0, 255).astype(np.int64)
+    return q, float(scale), zero
+
+
+def integer_matmul(a: np.ndarray, a_zero: np.ndarray | int, b: np.ndarray,
+                   b_zero: np.ndarray | None) -> np.ndarray:
+    """``(A - a_zero) @ (B - b_zero)`` in exact integers (float64 holds them), b_zero a scalar
+    or one per column of B."""
+    bz = 0 if b_zero is None else b_zero.astype(np.int64)
+    return np.matmul(a.astype(np.int64) - a_zero, b.astype(np.int64) - bz).astype(np.float64)
+
+
+def _quantized_matmul_reason(node: Node, b_scale: int, b_zero: int) -> str | None:
+    b, n = node.input(1), None
+    if b is not None and b.shape is not None:
+        if len(b.shape) != 2:
+            return f"{node.op_type} with B of shape {list(b.shape)}: supported is 2-D (K, N)"
+        n = b.shape[1]
+    for k, name in ((b_scale, "b_scale"), (b_zero, "b_zero_point")):
+        v = node.input(k)
+        if v is not None and v.shape is not None and not (
+                math.prod(v.shape) == 1 or (len(v.shape) == 1 and v.shape[0] == n)):
+            return (f"{node.op_type} with {name} of shape {list(v.shape)}: supported are one value or one "
+                    f"per column of B ({n})")
+    return None
+
+
+def _supports_dq_matmul(node: Node) -> str | None:
+    return first_reason(check_dtypes(node, frozenset({"float32"}), (0, 2, 4), same=True),
+                        _quantized_matmul_reason(node, 2, 3))
+
+
+@impls.register("DynamicQuantizeMatMul", "ms_integer", domain=MS_DOMAIN, priority=Priority.DEFAULT,
+                supports=_supports_dq_matmul)
+def ms_dynamic_quantize_matmul(node: Node) -> Kernel:
+    """com.microsoft DynamicQuantizeMatMul: A quantized to uint8 as it runs, times B, rescaled."""
+
+    def run(a: np.ndarray, b: np.ndarray, b_scale: np.ndarray, b_zero: np.ndarray | None = None,
+            bias: np.ndarray | None = None) -> np.ndarray:
+        q, scale, zero = dynamic_quantize(a)
+        y = integer_matmul(q, zero, b, b_zero) * (scale * b_scale.astype(np.float64).reshape(-1))
+        if bias is not None:
+            y = y + bias.astype(np.float64)
+        return np.ascontiguousarray(y.astype(np.float32))
+
+    return run
+
+
+def _supports_int_to_float(node: Node) -> str | None:
+    a_scale, a_zero = node.input(2), node.input(4)
+    reason = None
+    for v, name in ((a_scale, "a_scale"), (a_zero, "a_zero_point")):
+        if v is not None and v.shape is not None and math.prod(v.shape) != 1:
+            reason = reason or (f"MatMulIntegerToFloat with {name} of shape {list(v.shape)}: supported is "
+                                f"one value (per tensor)")
+    return first_reason(check_dtypes(node, NBITS_TYPES, (2, 3, 6), same=True), reason,
+                        _quantized_matmul_reason(node, 3, 5))
+
+
+@impls.register("MatMulIntegerToFloat", "ms_integer", domain=MS_DOMAIN, priority=Priority.DEFAULT,
+                supports=_supports_int_to_float)
+def ms_matmul_integer_to_float(node: Node) -> Kernel:
+    """com.microsoft MatMulIntegerToFloat: MatMulInteger rescaled by a_scale * b_scale (+ bias)."""
+
+    def run(a: np.ndarray, b: np.ndarray, a_scale: np.ndarray, b_scale: np.ndarray,
+            a_zero: np.ndarray | None = None, b_zero: np.ndarray | None = None,
+            bias: np.ndarray | None = None) -> np.ndarray:
+        az = 0 if a_zero is None else int(a_zero.reshape(-1)[0])
+        scale = float(a_scale.reshape(-1)[0]) * b_scale.astype(np.float64).reshape(-1)
+        y = integer_matmul(a, az, b, b_zero) * scale
+        if bias is not None:
+            y = y + bias.astype(np.float64)
+        return np.ascontiguousarray(y.astype(a_scale.dtype))
+
+    return run

@@ -181,3 +181,51 @@ def test_matmul_nbits_refused_forms(attrs, match):
 
 def test_matmul_nbits_empty_rows():
     nbits(rand(0, 64), rand(8, 64), 4, 32, "uint8", bias=True)
+
+
+# -- DynamicQuantizeMatMul and MatMulIntegerToFloat ------------------------------------------------
+
+
+def int_weights(k: int, n: int, dtype: type) -> np.ndarray:
+    info = np.iinfo(dtype)
+    return RNG.integers(info.min, info.max + 1, (k, n)).astype(dtype)
+
+
+@pytest.mark.parametrize("b_type", [np.int8, np.uint8])
+@pytest.mark.parametrize("per_column", [False, True])
+@pytest.mark.parametrize("zero", [False, True])
+@pytest.mark.parametrize("bias", [False, True])
+def test_dynamic_quantize_matmul(b_type, per_column, zero, bias):
+    k, n = 32, 12
+    shape = (n,) if per_column else ()
+    inputs = [("A", rand(2, 5, k)), ("B", int_weights(k, n, b_type)),
+              ("b_scale", np.asarray(RNG.random(shape) * 0.02 + 0.001, np.float32)),
+              ("b_zero_point", int_weights(1, n, b_type).reshape(-1)[: n if per_column else 1].reshape(shape)
+               if zero else None),
+              ("bias", rand(n) if bias else None)]
+    check_against_ort("DynamicQuantizeMatMul", inputs, ["Y"], const=("B", "b_scale", "b_zero_point", "bias"))
+
+
+@pytest.mark.parametrize("case", ["all_positive", "all_zero", "empty"])
+def test_dynamic_quantize_matmul_ranges(case):
+    a = {"all_positive": np.abs(rand(4, 16)), "all_zero": np.zeros((4, 16), np.float32),
+         "empty": rand(0, 16)}[case]
+    inputs = [("A", a), ("B", int_weights(16, 8, np.int8)), ("b_scale", np.float32(0.05).reshape(()))]
+    check_against_ort("DynamicQuantizeMatMul", inputs, ["Y"], const=("B", "b_scale"))
+
+
+@pytest.mark.parametrize("a_type,b_type", [(np.uint8, np.int8), (np.int8, np.int8), (np.uint8, np.uint8)])
+@pytest.mark.parametrize("zeros", [False, True])
+@pytest.mark.parametrize("per_column", [False, True])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_matmul_integer_to_float(a_type, b_type, zeros, per_column, dtype):
+    k, n = 24, 10
+    shape = (n,) if per_column else ()
+    inputs = [("A", int_weights(6, k, a_type)), ("B", int_weights(k, n, b_type)),
+              ("a_scale", np.asarray(0.03, dtype)),
+              ("b_scale", np.asarray(RNG.random(shape) * 0.02 + 0.001, dtype)),
+              ("a_zero_point", int_weights(1, 1, a_type).reshape(()) if zeros else None),
+              ("b_zero_point", int_weights(1, n, b_type).reshape(-1)[: n if per_column else 1].reshape(shape)
+               if zeros else None),
+              ("bias", rand(n, dtype=dtype))]
+    check_against_ort("MatMulIntegerToFloat", inputs, ["Y"], const=("B", "b_scale", "b_zero_point"))
