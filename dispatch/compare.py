@@ -31,6 +31,16 @@ TOLERANCE: dict[str, tuple[float, float]] = {
     "com.microsoft::SkipLayerNormalization": (1e-3, 1e-4),
     "com.microsoft::SkipSimplifiedLayerNormalization": (1e-3, 1e-4),
     "SimplifiedLayerNormalization": (1e-3, 1e-4),
+    # attention: sums of products and a softmax, like MatMul; rotary embedding: a rotation
+    # (a cos - b sin cancels); the quantized matmuls: MatMul's sums of products (onnxruntime's
+    # MatMulNBits with accuracy_level 4 quantizes A to int8 and is ~1e-2 off: not accepted)
+    "com.microsoft::MultiHeadAttention": (1e-3, 1e-4),
+    "com.microsoft::Attention": (1e-3, 1e-4),
+    "com.microsoft::GroupQueryAttention": (1e-3, 1e-4),
+    "com.microsoft::RotaryEmbedding": (1e-4, 1e-5),
+    "com.microsoft::MatMulNBits": (1e-3, 1e-4),
+    "com.microsoft::DynamicQuantizeMatMul": (1e-3, 1e-4),
+    "com.microsoft::MatMulIntegerToFloat": (1e-3, 1e-4),
     # sums of products like Conv / MatMul, normalisations like LayerNormalization (a
     # variance of 0, one element per group, scales rounding errors by 1 / sqrt(epsilon))
     "ConvTranspose": (1e-3, 1e-4),
