@@ -9,7 +9,9 @@ import importlib.util
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
+from onnx import TensorProto, helper
 
 DECODERS = Path(__file__).resolve().parents[1] / "models" / "decoders"
 MODELS = {"gpt2": DECODERS / "gpt2_tiny.onnx", "llama": DECODERS / "llama_tiny.onnx"}
@@ -49,3 +51,40 @@ def reference_greedy(path: Path, prompt: list[int], new_tokens: int) -> list[int
         tokens.append(int(results["logits"][0, -1].argmax()))
         feed = np.array([[tokens[-1]]], np.int64)
     return tokens
+
+
+def merged(path: Path) -> onnx.ModelProto:
+    """The decoder at ``path`` shaped as optimum merges one: its graph under one ``If`` on a bool
+    input ``use_cache_branch``. Both branches are the cached graph here (optimum's other branch
+    takes no past), which is what a generation that always feeds ``True`` runs."""
+    model = onnx.load(str(path))
+    graph = model.graph
+    outputs = [o.name for o in graph.output]
+
+    def branch(tag: str) -> onnx.GraphProto:
+        rename = {n: f"{n}_{tag}" for n in outputs}
+        nodes = []
+        for node in graph.node:
+            copy = onnx.NodeProto()
+            copy.CopyFrom(node)
+            copy.input[:] = [rename.get(x, x) for x in copy.input]
+            copy.output[:] = [rename.get(x, x) for x in copy.output]
+            copy.name = f"{copy.name}_{tag}" if copy.name else ""
+            nodes.append(copy)
+        values = []
+        for out in graph.output:
+            value = onnx.ValueInfoProto()
+            value.CopyFrom(out)
+            value.name = rename[out.name]
+            values.append(value)
+        return helper.make_graph(nodes, f"{tag}_branch", [], values)
+
+    flag = helper.make_tensor_value_info("use_cache_branch", TensorProto.BOOL, [1])
+    nodes = [helper.make_node("Squeeze", ["use_cache_branch"], ["use_cache_scalar"]),
+             helper.make_node("If", ["use_cache_scalar"], outputs, then_branch=branch("with_past"),
+                              else_branch=branch("without_past"))]
+    out = helper.make_model(helper.make_graph(nodes, "merged", [*graph.input, flag], list(graph.output),
+                                              list(graph.initializer)),
+                            opset_imports=model.opset_import)
+    out.ir_version = model.ir_version
+    return out

@@ -14,7 +14,7 @@ from dispatch.generation.generate import Generator
 from dispatch.generation.kv_cache import CapacityError
 from dispatch.generation.ways import available_step_ways, step_way
 from dispatch.session import Session
-from tests.generation.decoders import MODELS, PROMPT
+from tests.generation.decoders import MODELS, PROMPT, WAYS, merged
 
 
 def test_signatures_of_the_two_families():
@@ -58,6 +58,14 @@ def test_other_spellings_of_the_cache_generate_the_same(reference_tokens):
     assert io.cache[1].past == "past_value.0" and io.cache[1].present == "present_value.0"
     assert Generator(model, "onnxruntime-iobinding").generate(PROMPT, 32).tolist() == \
         reference_tokens["llama"][:32]
+
+
+@pytest.mark.parametrize("way", WAYS)
+def test_an_optimum_style_merged_decoder_is_fed_its_cache_branch(way, reference_tokens):
+    model = merged(MODELS["llama"])
+    onnx.checker.check_model(model)
+    assert read_decoder(model).cache_branch == "use_cache_branch"
+    assert Generator(model, way).generate(PROMPT, 32).tolist() == reference_tokens["llama"][:32]
 
 
 def test_a_model_that_is_no_decoder_says_what_it_has():
