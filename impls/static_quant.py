@@ -13,6 +13,14 @@ the calibration samples; the tool's calibration cache (its JSON) is what a plan 
 exactly as it was measured, without the data. onnxruntime runs the QDQ model with its int8
 kernels (VNNI where the CPU has it); OpenVINO's CPU plugin reads the same model and runs the
 quantized operations in int8 (its low-precision transformations).
+
+A tensor whose calibrated range is not finite stays in float32 (:func:`float_tensors`): the
+transformers exports' attention masks (``Where(mask, 0, -inf)`` and the ``Add`` of the scores
+and that mask: measured on all-MiniLM-L6-v2 with padded sentences, range ``[-inf, 0]`` and
+``[-inf, 46.2]`` in each of its 6 layers) have no uint8 scale; the tool computed a NaN zero
+point for them ("invalid value encountered in divide"). :func:`calibrate` leaves their ranges
+out of the cache it returns and names them (:data:`FLOAT_KEY`); :func:`qdq_model` leaves the
+nodes it would quantize that read or write one of them in float.
 """
 
 from __future__ import annotations
@@ -50,6 +58,10 @@ CALIBRATION_CHUNK = 16
 #: ``axis`` (opset 13); the tool does not convert (measured with onnxruntime 1.32 on an opset-9
 #: ResNet-50: it writes DequantizeLinear-11 with an axis, an invalid model)
 QDQ_OPSET = 13
+#: the key of a calibration cache (besides the tool's ``calibration_method`` and ``data``, the
+#: only ones it reads) naming the tensors whose calibrated range was not finite, with that
+#: range as text (``{"t": ["-inf", "0.0"]}``): left out of ``data``, kept in float
+FLOAT_KEY = "opdispatch_float_tensors"
 
 
 @dataclass(frozen=True)
@@ -152,6 +164,44 @@ def _plan(model: Any, recipe: QdqRecipe) -> tuple[list[str], list[str]]:
     return list(CALIBRATED_OPS), biases
 
 
+def _range(entry: Any) -> tuple[float, float] | None:
+    """A cache entry's ``(lowest, highest)`` (the tool's min-max ``TensorData`` as JSON),
+    ``None`` when it holds no range of that form."""
+    try:
+        return float(entry["lowest"]["data"][0]), float(entry["highest"]["data"][0])
+    except (KeyError, IndexError, TypeError, ValueError):
+        return None
+
+
+def float_tensors(calibration: dict[str, Any]) -> dict[str, tuple[float, float]]:
+    """The tensors of a calibration cache whose calibrated range is not finite (an end at
+    -inf or +inf, or NaN): named under :data:`FLOAT_KEY` by :func:`calibrate`, or still in
+    ``data`` (a cache stored before they were set apart). Such a tensor has no int8 scale."""
+    found = {name: (float(lo), float(hi)) for name, (lo, hi) in (calibration.get(FLOAT_KEY) or {}).items()}
+    for name, entry in (calibration.get("data") or {}).items():
+        r = _range(entry)
+        if r is not None and not (np.isfinite(r[0]) and np.isfinite(r[1])):
+            found[name] = r
+    return found
+
+
+def finite_cache(calibration: dict[str, Any]) -> dict[str, Any]:
+    """``calibration`` with the ranges that are not finite left out of ``data`` and named under
+    :data:`FLOAT_KEY` (what :func:`calibrate` returns and the tool is given)."""
+    floats = float_tensors(calibration)
+    out = {k: v for k, v in calibration.items() if k != FLOAT_KEY}
+    out["data"] = {k: v for k, v in (calibration.get("data") or {}).items() if k not in floats}
+    if floats:
+        out[FLOAT_KEY] = {k: [repr(lo), repr(hi)] for k, (lo, hi) in floats.items()}
+    return out
+
+
+def _touching(model: Any, tensors: set[str], ops: Sequence[str]) -> list[str]:
+    """The nodes of ``model`` of the types in ``ops`` that read or write one of ``tensors``."""
+    return [n.name for n in model.graph.node if n.op_type in ops
+            and any(t in tensors for t in (*n.input, *n.output))]
+
+
 def _quantize(region: FusedNode, folder: Path, cache: Path, reader: Any, exclude: Sequence[str] = (),
               recipe: QdqRecipe | None = None, stride: int | None = None) -> Any:
     """The tool run on ``region``'s model: with a ``reader``, calibration of every recipe's
@@ -166,15 +216,23 @@ def _quantize(region: FusedNode, folder: Path, cache: Path, reader: Any, exclude
         ops, skipped, options = list(CALIBRATED_OPS), [], {"CalibStridedMinMax": stride} if stride else {}
     else:
         ops, skipped = _plan(model, recipe)
+        # ranges that are not finite: out of the tool's cache, their nodes left in float
+        stored = json.loads(cache.read_text())
+        floats = set(float_tensors(stored))
+        cache.write_text(json.dumps(finite_cache(stored)))
+        skipped += [n for n in _touching(model, floats, ops) if n not in skipped]
         options = {} if recipe.quantize_outputs else {
             "OpTypesToExcludeOutputQuantization": [o for o in ops if o in STATIC_OPS or o == "Add"]}
         if "MaxPool" in ops:  # a pooling's input is quantized even where no quantized op wrote it
             options["ForceQuantizeNoInputCheck"] = True
     onnx.save(model, str(src))
-    # (a tensor whose calibrated range is empty makes the tool divide by a zero scale and warn;
-    # the error such a region adds is what the accuracy stage measures and refuses)
+    # (calibration: right after calibrating, the tool quantizes the region with every range it
+    # found, an attention mask's [-inf, 0] too, and warns of the NaN zero point it computes;
+    # that model is discarded and those ranges are set apart (:func:`finite_cache`). A build
+    # gives the tool finite ranges only, so its warnings are shown.)
     with quiet_root_logger(), warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
+        if recipe is None:
+            warnings.simplefilter("ignore", RuntimeWarning)
         quantize_static(str(src), str(out), reader, quant_format=QuantFormat.QDQ, per_channel=True,
                         activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
                         op_types_to_quantize=ops, calibration_cache_path=str(cache),
@@ -186,7 +244,8 @@ def calibrate(region: FusedNode, samples: Sequence[Sequence[np.ndarray]]) -> dic
     """The tool's calibration cache (JSON: each tensor's range) for ``region`` from its input
     ``samples`` (one tuple of arrays per sample, in the region's input order), run
     :func:`calibration_stride` samples at a time (the tool's strided min-max: each stride's
-    ranges merged into the last's)."""
+    ranges merged into the last's). The ranges that are not finite are set apart, under
+    :data:`FLOAT_KEY` (:func:`finite_cache`): those tensors stay in float."""
     from onnxruntime.quantization import CalibrationDataReader
 
     names = [v.name for v in region.inputs]
@@ -210,7 +269,7 @@ def calibrate(region: FusedNode, samples: Sequence[Sequence[np.ndarray]]) -> dic
     with tempfile.TemporaryDirectory(prefix="opdispatch-calib-") as tmp:
         cache = Path(tmp) / "calibration.json"
         _quantize(region, Path(tmp), cache, Reader(), stride=calibration_stride(len(feeds)))
-        return json.loads(cache.read_text())
+        return finite_cache(json.loads(cache.read_text()))
 
 
 def calibration_stride(n: int) -> int:
@@ -222,7 +281,9 @@ def calibration_stride(n: int) -> int:
 def qdq_model(region: FusedNode, recipe: str | None = None) -> Any:
     """``region``'s QDQ int8 model from the calibration its plan step stores
     (``region.attrs["precision"]["calibration"]``), the nodes its ``exclude`` names left in
-    float (the blocks too sensitive for int8: one region, no boundary between them).
+    float (the blocks too sensitive for int8: one region, no boundary between them), and so
+    are the nodes the recipe would quantize that read or write a tensor whose calibrated range
+    is not finite (:func:`float_tensors`; a cache stored with such ranges in ``data`` too).
 
     ``recipe`` (a name of :data:`RECIPES`; default: the one the step records, see
     :func:`recipe_of`) says which pairs the model gets. OpenVINO's, measured on ResNet-50 one

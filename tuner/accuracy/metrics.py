@@ -12,6 +12,7 @@ outputs)`` over the samples, allowance ``BUDGET``).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -134,7 +135,11 @@ class AccuracyObjective:
         return 1.0 - error if self.metric == "cosine" else error
 
     def describe(self, error: float) -> str:
-        """``cosine 0.99953 (budget >= 0.999)`` and the like."""
+        """``cosine 0.99953 (budget >= 0.999)`` and the like; an error that is not finite is
+        outputs NaN or Inf where float32's are finite (the built-in metrics' inf), not a figure
+        (``cosine -inf``)."""
+        if not math.isfinite(error):
+            return f"{self.metric}: outputs NaN or Inf where float32's are finite (budget {self.budget:g})"
         if self.metric == "cosine":
             return f"cosine {self.figure(error):.5f} (budget >= {self.budget:g})"
         return f"{self.metric} {error:.4g} (budget <= {self.budget:g})"

@@ -42,6 +42,7 @@ from dispatch.fusion import region_node
 from dispatch.graph import Graph
 from dispatch.plan import Plan, PlanStep
 from dispatch.registry import Implementation, Registry
+from impls.static_quant import FLOAT_KEY
 from tuner.accuracy.blocks import (
     BlockPlan,
     block_plan,
@@ -181,7 +182,14 @@ class AccuracyStage:
             return precision
         key = (tuple(n.name for n in node.nodes), impl.calibrate)
         if key not in self._calibrations:
-            self._calibrations[key] = impl.calibrate(node, samples)
+            self._calibrations[key] = calibration = impl.calibrate(node, samples)
+            floats = calibration.get(FLOAT_KEY) if isinstance(calibration, dict) else None
+            if floats:  # (the transformers exports' attention masks: Where(mask, 0, -inf))
+                shown = ", ".join(f"{t} [{lo}, {hi}]" for t, (lo, hi) in list(floats.items())[:3])
+                first, last = node.nodes[0].name, node.nodes[-1].name
+                self.notes.append(f"{impl.backend}: {len(floats)} tensor(s) of the region {first} ... {last} "
+                                  "calibrated to a range that is not finite, left in float32: "
+                                  f"{shown}{' ...' if len(floats) > 3 else ''}")
         return {**(precision or {}), "calibration": self._calibrations[key]}
 
     def _assignment(self, bp: BlockPlan) -> dict[int, Implementation]:
@@ -306,10 +314,15 @@ class AccuracyStage:
                 steps = {k: s for k in chosen for s in plan.steps if s.nodes == bp.blocks[k].nodes}
                 fns = {k: next(c.fn for c in ex.calls if c.step is bp.blocks[k]) for k in chosen}
                 self._back_off(bp, chosen, ex_mixed, steps, fns, built, held, ref_held, "held-out")
-                plan = with_precisions(self.graph, self.registry, bp, picked(), label)
-                ex_mixed, err = self._check(plan, held, ref_held) if chosen else (ex_mixed, float("inf"))
+                if chosen:
+                    plan = with_precisions(self.graph, self.registry, bp, picked(), label)
+                    ex_mixed, err = self._check(plan, held, ref_held)
+                else:  # the float32 plan again: no candidate (its "error" was inf: cosine -inf)
+                    self.notes.append(f"{label}: every reduced block back to float32 on the held-out "
+                                      "samples: no per-block plan")
             del ex_mixed
-            self._candidate(label, plan, err, {k: i.precision for k, i in chosen.items()})
+            if chosen:
+                self._candidate(label, plan, err, {k: i.precision for k, i in chosen.items()})
             if chosen and self.objective.within(err):
                 found.append((label, plan, err))
                 found += self._merged(bp, picked(), label, ref_cal, ref_held)
@@ -407,9 +420,16 @@ class AccuracyStage:
 
     def _candidate(self, label: str, plan: Plan, err: float, blocks: dict | None,
                    where: str = "held-out") -> None:
+        """``plan`` recorded as measured; an error that is not finite (outputs NaN or Inf where
+        float32's are finite) is a rejection, noted with that reason, not a figure."""
+        finite = bool(np.isfinite(err))
+        if not finite:
+            self.notes.append(f"{label}: rejected: {self.objective.describe(err)} on the {where} samples")
         self.candidates.append({
-            "label": label, "error": err, "figure": self.objective.figure(err), "on": where,
+            "label": label, "error": err if finite else None,
+            "figure": self.objective.figure(err) if finite else None, "on": where,
             "within": self.objective.within(err), "precisions": plan.precisions(),
+            **({} if finite else {"rejected": self.objective.describe(err)}),
             **({"reduced_blocks": {str(k): v for k, v in blocks.items()}} if blocks is not None else {}),
         })
 

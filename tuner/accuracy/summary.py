@@ -71,7 +71,7 @@ def accuracy_lines(acc: Mapping[str, Any]) -> list[str]:
     for c in acc.get("candidates") or []:
         timed = next((t for t in acc.get("timed") or [] if t["label"] == c["label"]), None)
         ms = f"{timed['latency_ms']:.3f} ms" if timed and timed.get("latency_ms") else "not timed"
-        state = "within budget" if c["within"] else "over budget"
+        state = "within budget" if c["within"] else c.get("rejected") or "over budget"
         lines.append(f"  {c['label']}: {metric} {_figure(metric, c['figure'])} on the {c['on']} samples "
                      f"({state}), {ms}")
     lines += [f"  {n}" for n in (acc.get("notes") or [])]
