@@ -116,12 +116,16 @@ def ms_matmul_nbits(node: Node) -> Kernel:
 def dynamic_quantize(a: np.ndarray) -> tuple[np.ndarray, float, int]:
     """A (float32) as onnxruntime's DynamicQuantizeLinear quantizes it to uint8 per tensor:
     (A_q, scale, zero point), the range widened to hold 0, the zero point and the values
-    rounded half to even in float32."""
+    rounded half to even in float32; a scale of NaN where A holds NaN or +-inf or its range
+    overflows float32 (the result is then undefined: NaN)."""
     lo = min(float(a.min(initial=0.0)), 0.0)
     hi = max(float(a.max(initial=0.0)), 0.0)
-    scale = np.float32((hi - lo) / 255.0)
+    with np.errstate(all="ignore"):
+        scale = np.float32((hi - lo) / 255.0)
     if scale == 0:
         return np.zeros(a.shape, np.int64), 0.0, 0
+    if not np.isfinite(scale):  # NaN or +-inf in A (or a range past float32): no range to quantize over
+        return np.zeros(a.shape, np.int64), math.nan, 0
     zero = int(np.clip(np.round(np.float32(0.0) - np.float32(lo) / scale), 0, 255))
     q = np.clip(np.round(a.astype(np.float32) / scale) + zero, 0, 255).astype(np.int64)
     return q, float(scale), zero
@@ -163,7 +167,8 @@ def ms_dynamic_quantize_matmul(node: Node) -> Kernel:
     def run(a: np.ndarray, b: np.ndarray, b_scale: np.ndarray, b_zero: np.ndarray | None = None,
             bias: np.ndarray | None = None) -> np.ndarray:
         q, scale, zero = dynamic_quantize(a)
-        y = integer_matmul(q, zero, b, b_zero) * (scale * b_scale.astype(np.float64).reshape(-1))
+        with np.errstate(all="ignore"):
+            y = integer_matmul(q, zero, b, b_zero) * (scale * b_scale.astype(np.float64).reshape(-1))
         if bias is not None:
             y = y + bias.astype(np.float64)
         return np.ascontiguousarray(y.astype(np.float32))

@@ -62,6 +62,11 @@ _CONTRIB = ("never offered to OpenVINO yet: onnxruntime's contrib operators are 
 UNSUPPORTED_OPS.update({f"com.microsoft::{op}": _CONTRIB for op in (
     "Gelu", "FastGelu", "BiasGelu", "QuickGelu", "BiasSplitGelu", "SkipLayerNormalization",
     "SkipSimplifiedLayerNormalization", "FusedMatMul")})
+_CONTRIB_ATTENTION = ("never offered to OpenVINO yet: onnxruntime's attention, rotary and quantized-matmul "
+                      "contrib operators are not measured against the reference on OpenVINO")
+UNSUPPORTED_OPS.update({f"com.microsoft::{op}": _CONTRIB_ATTENTION for op in (
+    "RotaryEmbedding", "MultiHeadAttention", "Attention", "GroupQueryAttention", "MatMulNBits",
+    "DynamicQuantizeMatMul", "MatMulIntegerToFloat")})
 
 #: dtypes the CPU plugin computes in a narrower type (it converts them at the model's edges and
 #: runs the kernels in the narrower one), so their values may change on the way through
