@@ -11,6 +11,7 @@ import pytest
 from tests.numpy.contrib_support import check_against_ort, one_node_model, run_ort, run_ours
 
 RNG = np.random.default_rng(5252)
+MS = "com.microsoft"
 B, S, N, H = 2, 3, 2, 8
 
 
@@ -384,3 +385,53 @@ def test_gqa_refused_forms(case, match):
     else:
         attrs.update(local_window_size=3, softcap=5.0)
     refused("GroupQueryAttention", inputs, ["output"], attrs, match, ort_runs=case == "window_and_softcap")
+
+
+# -- in a model -------------------------------------------------------------------------------------
+
+
+def decoder_step() -> tuple:
+    """A decoder step as the generative-model builders write it: MatMulNBits projections,
+    RotaryEmbedding of queries and keys, GroupQueryAttention over a past cache, then
+    MultiHeadAttention over the result (cross attention to an encoder's states)."""
+    import onnx
+    from onnx import helper
+
+    from tests.numpy.contrib_support import OPSETS
+    from tests.numpy.test_contrib_quantized import quantize
+
+    d, kv, s, past = NQ * HG, NKV * HG, 2, 5
+    wq, sq, zq = quantize(rand(d, d), 4, 32, "uint8")
+    wk, sk, _ = quantize(rand(kv, d), 4, 32, "none")
+    cos, sin = cache()
+    consts = {"wq": wq, "sq": sq, "zq": zq, "wk": wk, "sk": sk, "cos": cos, "sin": sin,
+              "pos": np.array([past], np.int64), "seqlens": np.array([past + s - 1], np.int32),
+              "total": np.array(past + s, np.int32)}
+    n = helper.make_node
+    nodes = [
+        n("MatMulNBits", ["x", "wq", "sq", "zq"], ["q"], domain=MS, K=d, N=d, bits=4, block_size=32),
+        n("MatMulNBits", ["x", "wk", "sk"], ["k"], domain=MS, K=d, N=kv, bits=4, block_size=32),
+        n("RotaryEmbedding", ["q", "pos", "cos", "sin"], ["qr"], domain=MS, num_heads=NQ),
+        n("RotaryEmbedding", ["k", "pos", "cos", "sin"], ["kr"], domain=MS, num_heads=NKV),
+        n("GroupQueryAttention", ["qr", "kr", "k", "past_k", "past_v", "seqlens", "total"],
+          ["attn", "present_k", "present_v"], domain=MS, num_heads=NQ, kv_num_heads=NKV),
+        n("MultiHeadAttention", ["attn", "enc", "enc"], ["y"], domain=MS, num_heads=NQ),
+    ]
+    f = onnx.TensorProto.FLOAT
+    feeds = {"x": rand(1, s, d), "past_k": rand(1, NKV, past, HG), "past_v": rand(1, NKV, past, HG),
+             "enc": rand(1, 4, d)}
+    graph = helper.make_graph(
+        nodes, "decoder_step", [helper.make_tensor_value_info(k, f, list(v.shape)) for k, v in feeds.items()],
+        [helper.make_tensor_value_info(o, f, None) for o in ("y", "present_k", "present_v")],
+        [onnx.numpy_helper.from_array(v, k) for k, v in consts.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid(dm, v) for dm, v in OPSETS.items()])
+    return model, feeds
+
+
+@pytest.mark.parametrize("backends", [None, ["numpy"]], ids=["default", "numpy"])
+def test_a_decoder_step_runs_as_onnxruntime_runs_it(backends):
+    model, feeds = decoder_step()
+    ours, theirs = run_ours(model, feeds, backends), run_ort(model, feeds)
+    for o, t in zip(ours, theirs):
+        assert o.shape == t.shape and o.dtype == t.dtype
+        np.testing.assert_allclose(o, t, rtol=1e-4, atol=1e-4)

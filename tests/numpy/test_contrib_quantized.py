@@ -90,10 +90,11 @@ def test_matmul_nbits_other_bit_widths(bits, zero_kind):
     nbits(rand(3, 64), rand(16, 64), bits, 32, zero_kind)
 
 
-#: float32 against onnxruntime's accuracy levels: 0 and 1 compute in float32 from the
-#: dequantized weights (float32 tolerance); 4 quantizes A to int8 per block on the fly, an
-#: error of ~|A| / 254 per element summed over K (relative ~1e-2 of Y on these values)
-ACCURACY_TOLERANCE = {0: None, 1: None, 2: np.float16, 4: "int8"}
+#: float32 A against onnxruntime's accuracy levels: 0 to 3 compute in float32 from the
+#: dequantized weights on the CPU (float32 tolerance: measured 3.5e-7 of max |Y|); 4 quantizes
+#: A to int8 per block on the fly, an error of up to |A| / 254 per element summed over K
+#: (measured 4.6e-3 of max |Y| with K = 128: the test allows 1e-2 of max |Y|)
+ACCURACY_TOLERANCE = {0: None, 1: None, 2: None, 3: None, 4: "int8"}
 
 
 @pytest.mark.parametrize("level", sorted(ACCURACY_TOLERANCE))
@@ -106,7 +107,7 @@ def test_matmul_nbits_accuracy_levels(level):
                                {"K": 128, "N": 32, "bits": 4, "block_size": 32, "accuracy_level": level},
                                const=("B", "scales", "zero_points"))
         (ours,), (theirs,) = run_ours(model, {"A": a}), run_ort(model, {"A": a})
-        np.testing.assert_allclose(ours, theirs, rtol=0, atol=2e-2 * float(np.abs(theirs).max()))
+        np.testing.assert_allclose(ours, theirs, rtol=0, atol=1e-2 * float(np.abs(theirs).max()))
         return
     nbits(a, w, 4, 32, "uint8", attrs={"accuracy_level": level}, tol_dtype=ACCURACY_TOLERANCE[level])
 
