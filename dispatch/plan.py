@@ -87,6 +87,18 @@ class Plan:
     #: shape range, its buckets run by whole-model ways, with no steps of its own; ``None``
     #: (and absent from the JSON): a plan of concrete shapes
     shapes: dict[str, Any] | None = None
+    #: a generation plan (:class:`dispatch.generation.plan.GenerationPlan` as a JSON object):
+    #: the step ways of a decoder's prompt and token steps; ``None`` (and absent from the JSON)
+    #: for every other plan
+    generation: dict[str, Any] | None = None
+
+    def generation_plan(self) -> Any:
+        """The plan's :class:`~dispatch.generation.plan.GenerationPlan`, else ``None``."""
+        if self.generation is None:
+            return None
+        from dispatch.generation.plan import GenerationPlan
+
+        return GenerationPlan.from_dict(self.generation)
 
     def range_plan(self) -> Any:
         """The plan's :class:`~dispatch.range_plan.RangePlan`, else ``None``."""
@@ -123,8 +135,9 @@ class Plan:
     # -- serialisation -----------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
-        if data.get("shapes") is None:
-            data.pop("shapes", None)
+        for optional in ("shapes", "generation"):
+            if data.get(optional) is None:
+                data.pop(optional, None)
         for plan in (data, data.get("nonfinite_fallback") or {}):
             for step in plan.get("steps", ()):
                 if step.get("precision") is None:
@@ -214,8 +227,14 @@ class Plan:
                     raise PlanError(f"{where}: a fallback plan has no shape range")
                 from dispatch.range_plan import RangePlan
                 shapes = RangePlan.from_dict(shapes).to_dict()
+            generation = data.get("generation")
+            if generation is not None:
+                if nested:
+                    raise PlanError(f"{where}: a fallback plan has no generation plan")
+                from dispatch.generation.plan import GenerationPlan
+                generation = GenerationPlan.from_dict(generation).to_dict()
             return cls(data["graph"], steps, convs, dict(provenance), version, fallback, serving,
-                       shapes)
+                       shapes, generation)
         except PlanError as exc:
             if nested and not str(exc).startswith(where):
                 raise PlanError(f"{where}: {exc}") from None
@@ -295,6 +314,7 @@ _FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "steps": (list,), "conversions": (list,), "provenance": (dict,), "version": (int,),
     "nonfinite_fallback": (dict, type(None)), "serving": (dict, type(None)),
     "precision": (dict, type(None)), "shapes": (dict, type(None)),
+    "generation": (dict, type(None)),
 }
 #: list fields whose items must be strings
 _STRING_LISTS = {"nodes", "layouts_in", "layouts_out", "chain", "consumers"}

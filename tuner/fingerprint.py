@@ -406,6 +406,9 @@ def software_digest(sw: Mapping[str, Any]) -> str:
 #: the prefix of a range plan's input signature (``range input_ids=1x1..512 ...``:
 #: :mod:`tuner.shapes.tune_range`)
 RANGE_PREFIX = "range "
+#: the input signature of a generation plan (:mod:`tuner.generation.tune_generate`): its model
+#: is the model file's digest, its family the same
+GENERATE_PREFIX = "generate"
 
 
 @dataclass(frozen=True)

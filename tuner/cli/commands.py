@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+import tuner.cli.generate_cli as generate_cli
 import tuner.cli.load_run as load_run
 from dispatch.errors import OpDispatchError
 from tuner.cli.args import (
@@ -160,6 +161,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     from dispatch.input_shapes import bind
     from dispatch.session import Session
 
+    generate_cli.check(args)
+    if args.generate is not None:
+        return generate_cli.cmd_run_generate(args)
     shapes = dict(parse_shape(s) for s in args.shape or [])
     given = dict(parse_input(s) for s in args.input or [])
     backends = [b.strip() for b in args.backends.split(",")] if args.backends else None
@@ -257,6 +261,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from tuner.cli.range_tune import cmd_tune_range, range_shapes
     from tuner.tune import TuneOptions, tune
 
+    generate_cli.check(args)
+    if args.generate is not None:
+        return generate_cli.cmd_tune_generate(args)
     spec, source = range_shapes(args.shape or []), "the --shape options"
     if spec is None and not args.shape and not args.inputs:
         from tuner.cli.range_tune import model_range
@@ -395,6 +402,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="objective of the stored plan to use (default latency; with "
                         "--concurrency N, throughput@n=N)")
     load_run.add_arguments(r)
+    generate_cli.add_arguments(r, run=True)
     r.add_argument("--untuned", action="store_true", help="ignore stored plans; run the heuristic plan")
     r.add_argument("--require-plan", action="store_true",
                    help="fail (exit 2) unless the store holds a plan tuned for this model on this "
@@ -462,6 +470,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="no guarded plans: candidates and plans that differ from the reference "
                         "on NaN/Inf inputs are rejected instead")
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
+    generate_cli.add_arguments(t, run=False)
     t.set_defaults(fn=cmd_tune)
 
     add_plans_parser(sub)
