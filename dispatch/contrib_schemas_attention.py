@@ -110,8 +110,7 @@ def gqa_shapes(inputs: Ins, attrs: Mapping[str, Any]) -> Outs:
     if qs is None or len(qs) != 3:
         return [TensorInfo(q.dtype, None)] * 4
     b, s, d = qs
-    h = d if arg(inputs, 1) is not None else _div(d, n + 2 * nkv)
-    h = _div(d, n) if arg(inputs, 1) is not None else h
+    h = _div(d, n) if arg(inputs, 1) is not None else _div(d, n + 2 * nkv)  # packed QKV without key
     past = arg(inputs, 3)
     cache = past.dtype if past is not None and past.dtype is not None else q.dtype
     present = TensorInfo(cache, (b, nkv or None, None, h))

@@ -182,3 +182,28 @@ def test_onnx_reference_imports_after_the_contrib_schemas():
             "from onnx.reference import ReferenceEvaluator; print('ok')")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("op,inputs,outputs,attrs,want", [
+    ("MultiHeadAttention", [("q", rand(2, 3, 16)), ("k", rand(2, 4, 16)), ("v", rand(2, 4, 8)), ("b", None),
+                            ("m", None), ("ab", None), ("pk", rand(2, 2, 5, 8)), ("pv", rand(2, 2, 5, 4))],
+     ["y", "pk_out", "pv_out"], {"num_heads": 2}, [(2, 3, 8), (2, 2, 9, 8), (2, 2, 9, 4)]),
+    ("Attention", [("x", rand(2, 3, 12)), ("w", rand(12, 48)), ("b", rand(48)), ("m", None),
+                   ("past", rand(2, 2, 2, 5, 8))], ["y", "present"], {"num_heads": 2},
+     [(2, 3, 16), (2, 2, 2, 8, 8)]),
+    ("Attention", [("x", rand(2, 3, 12)), ("w", rand(12, 40))], ["y"],
+     {"num_heads": 2, "qkv_hidden_sizes": [16, 16, 8]}, [(2, 3, 8)]),
+    ("GroupQueryAttention", [("q", rand(2, 3, 64)), ("k", None), ("v", None), ("pk", None), ("pv", None),
+                             ("s", np.array([2, 2], np.int32)), ("t", np.array(3, np.int32))],
+     ["y", "pk_out"], {"num_heads": 2, "kv_num_heads": 1}, [(2, 3, 32), (2, 1, None, 16)]),
+    ("MatMulNBits", [("a", rand(2, 5, 64)), ("b", np.zeros((24, 2, 16), np.uint8)), ("s", rand(48))], ["y"],
+     {"K": 64, "N": 24, "block_size": 32}, [(2, 5, 24)]),
+])
+def test_shape_inference_of_the_attention_and_quantized_schemas(op, inputs, outputs, attrs, want):
+    g = import_model(one_node_model(op, inputs, outputs, attrs))
+    for o, expected in zip(outputs, want):
+        shape = g.values[o].shape
+        if None in expected:  # known only when the model runs (total_sequence_length's value)
+            assert shape is None or all(e is None or d == e for d, e in zip(shape, expected)), (o, shape)
+        else:
+            assert shape == expected, (o, shape)
