@@ -400,7 +400,7 @@ def ms_attention(node: Node) -> Kernel:
 # -- GroupQueryAttention ----------------------------------------------------------------------------
 
 #: GroupQueryAttention inputs the reference does not take, by index
-_GQA_UNSUPPORTED_INPUTS = {9: "position_ids", 12: "k_scale", 13: "v_scale", 14: "q_norm_weight",
+_GQA_UNSUPPORTED_INPUTS = {12: "k_scale", 13: "v_scale", 14: "q_norm_weight",
                            15: "k_norm_weight", 16: "query_seqlens"}
 #: GroupQueryAttention attributes the reference takes only at their default
 _GQA_DEFAULT_ONLY = {"k_quant_type": "NONE", "v_quant_type": "NONE", "kv_cache_bit_width": 0,
@@ -433,6 +433,10 @@ def _gqa_reason(node: Node) -> str | None:
                 f"supported is one or the other (onnxruntime 1.32's prompt kernel combines them by no "
                 f"documented rule)")
     q = _shape(node, 0)
+    if _given(node, 9) and int(node.attr("do_rotary", 0)) and (q is None or (q[0] > 1 and q[1] > 1)):
+        return (f"GroupQueryAttention with position_ids and query of shape {None if q is None else list(q)}: "
+                f"supported with batch 1 or one new position (onnxruntime 1.32 rotates every batch of a "
+                f"longer step at batch 0's position ids)")
     if q is not None and len(q) != 3:
         return f"GroupQueryAttention with query of shape {list(q)}: supported is 3-D (B, S, D)"
     return None
@@ -479,8 +483,9 @@ def ms_group_query_attention(node: Node) -> Kernel:
     positions, then the new ones, zeros after (onnxruntime, given separate buffers, writes zeros
     there; where present shares past's buffer those positions keep past's values, which no
     query reads). Optional: rotary embedding of q and k at their positions (do_rotary,
-    rotary_interleaved), softcap, local_window_size, attention_bias over the first
-    total_sequence_length keys, smooth_softmax and head_sink, causal=0."""
+    rotary_interleaved; position_ids (B, S) where given, else past + i), softcap,
+    local_window_size, attention_bias over the first total_sequence_length keys, smooth_softmax
+    and head_sink, causal=0."""
     heads, kv_heads = int(node.attr("num_heads")), int(node.attr("kv_num_heads"))
     is_causal = bool(int(node.attr("causal", 1)))
     window = int(node.attr("local_window_size", -1))
@@ -493,8 +498,8 @@ def ms_group_query_attention(node: Node) -> Kernel:
     def run(query: np.ndarray, key: np.ndarray | None, value: np.ndarray | None,
             past_key: np.ndarray | None, past_value: np.ndarray | None, seqlens_k: np.ndarray,
             total_length: np.ndarray, cos: np.ndarray | None = None, sin: np.ndarray | None = None,
-            _pos: Any = None, attn_bias: np.ndarray | None = None, head_sink: np.ndarray | None = None,
-            *_: Any) -> Any:
+            position_ids: np.ndarray | None = None, attn_bias: np.ndarray | None = None,
+            head_sink: np.ndarray | None = None, *_: Any) -> Any:
         q, k, v = gqa_split(query, key, value, heads, kv_heads)
         batch, _, s, head = q.shape
         total = int(np.asarray(total_length).reshape(-1)[0])
@@ -515,7 +520,7 @@ def ms_group_query_attention(node: Node) -> Kernel:
                                  f"and a cache of {t} positions places them outside the cache")
             qb, kb = q[b], k[b]
             if rotary:
-                rows = np.arange(past, past + s)
+                rows = np.arange(past, past + s) if position_ids is None else position_ids[b]
                 c, sn = cache_rows(cos, rows), cache_rows(sin, rows)
                 qb, kb = rotate(qb, c, sn, interleaved), rotate(kb, c, sn, interleaved)
             if past_key is not None and past_value is not None:

@@ -280,13 +280,13 @@ BUFFER = 8
 
 def gqa(q: np.ndarray, k: np.ndarray | None, v: np.ndarray | None, seqlens: list[int], total: int, *,
         past: tuple | None = None, rotary: tuple | None = None, attn_bias=None, head_sink=None,
-        attrs: dict | None = None, kv_heads: int = NKV) -> list[np.ndarray]:
+        attrs: dict | None = None, kv_heads: int = NKV, position_ids=None) -> list[np.ndarray]:
     inputs = [("query", q), ("key", k), ("value", v), ("past_key", None if past is None else past[0]),
               ("past_value", None if past is None else past[1]),
               ("seqlens_k", np.array(seqlens, np.int32)),
               ("total_sequence_length", np.array(total, np.int32)),
               ("cos_cache", None if rotary is None else rotary[0]),
-              ("sin_cache", None if rotary is None else rotary[1]), ("position_ids", None),
+              ("sin_cache", None if rotary is None else rotary[1]), ("position_ids", position_ids),
               ("attention_bias", attn_bias), ("head_sink", head_sink)]
     attrs = {"num_heads": NQ, "kv_num_heads": kv_heads, **(attrs or {})}
     if rotary is not None:
@@ -363,6 +363,16 @@ def test_gqa_attention_bias_over_the_total_length(shape):
     gqa(*gqa_qkv(s=1), [6, 4], 7, past=gqa_past(), attn_bias=rand(*shape))
 
 
+@pytest.mark.parametrize("rotary", [True, False])
+def test_gqa_position_ids(rotary):
+    """position_ids (B, S) place the rotary angles (onnxruntime uses them); without do_rotary
+    they change nothing."""
+    ids = np.array([[7], [3]], np.int64)
+    gqa(*gqa_qkv(s=1), [4, 2], 5, past=gqa_past(), rotary=cache() if rotary else None, position_ids=ids)
+    gqa(*gqa_qkv(b=1), [S - 1], S, rotary=cache() if rotary else None,
+        position_ids=np.array([[5, 6, 7]], np.int64))
+
+
 def test_gqa_head_sink():
     gqa(*gqa_qkv(), [S - 1, S - 1], S, head_sink=rand(NQ))
 
@@ -371,6 +381,7 @@ def test_gqa_head_sink():
     ("quantized_cache", "k_quant_type='PER_TENSOR': supported is 'NONE'"),
     ("qk_output", "qk_output=1: supported is 0"),
     ("window_and_softcap", "local_window_size=3 and softcap=5.0 together"),
+    ("position_ids_per_batch", "position_ids and query of shape \\[2, 3, 64\\]: supported with batch 1"),
 ])
 def test_gqa_refused_forms(case, match):
     q, k, v = gqa_qkv()
@@ -382,9 +393,14 @@ def test_gqa_refused_forms(case, match):
         attrs["k_quant_type"] = "PER_TENSOR"
     elif case == "qk_output":
         attrs["qk_output"] = 1
-    else:
+    elif case == "window_and_softcap":
         attrs.update(local_window_size=3, softcap=5.0)
-    refused("GroupQueryAttention", inputs, ["output"], attrs, match, ort_runs=case == "window_and_softcap")
+    else:
+        cos, sin = cache()
+        inputs += [("cos_cache", cos), ("sin_cache", sin), ("position_ids", np.array([[0, 1, 2], [5, 6, 7]]))]
+        attrs["do_rotary"] = 1
+    refused("GroupQueryAttention", inputs, ["output"], attrs, match,
+            ort_runs=case in ("window_and_softcap", "position_ids_per_batch"))
 
 
 # -- in a model -------------------------------------------------------------------------------------
