@@ -246,10 +246,13 @@ def _mha_reason(node: Node) -> str | None:
     if not (_given(node, 1) and _given(node, 2)):
         return ("MultiHeadAttention without key or value (packed QKV in query, packed KV in key): "
                 "supported are separate 3-D query, key and value")
+    bnsh = k is not None and v is not None and len(k) == 4 and len(v) == 4
     for name, shape in (("query", q), ("key", k), ("value", v)):
-        if shape is not None and len(shape) != 3:
+        if shape is not None and len(shape) != 3 and not (bnsh and name != "query"):
             return (f"MultiHeadAttention with {name} of shape {list(shape)}: supported are 3-D (B, S, D) "
-                    f"query, key and value (packed or BNSH forms are not)")
+                    f"query, key and value, or key and value both (B, N, L, H) (packed forms are not)")
+    if bnsh and _given(node, 6):
+        return "MultiHeadAttention with (B, N, L, H) key and value and a past: not supported"
     for k_in, name in ((8, "past_sequence_length"), (9, "cache_indirection")):
         if _given(node, k_in):
             return f"MultiHeadAttention with input {name}: not supported (shared buffers, beam search)"
@@ -280,9 +283,10 @@ def _supports_mha(node: Node) -> str | None:
 @impls.register("MultiHeadAttention", "ms_float64", domain=MS_DOMAIN, priority=Priority.DEFAULT,
                 supports=_supports_mha)
 def ms_multi_head_attention(node: Node) -> Kernel:
-    """com.microsoft MultiHeadAttention of separate query, key and value: optional packed bias,
-    key padding mask, attention bias, past key / value (present = past then the new keys),
-    unidirectional (causal) self attention."""
+    """com.microsoft MultiHeadAttention of separate query, key and value (3-D, or key and value
+    already as heads (B, N, L, H): a cross attention's cached keys, which get no bias): optional
+    packed bias, key padding mask, attention bias, past key / value (present = past then the new
+    keys), unidirectional (causal) self attention."""
     heads = int(node.attr("num_heads"))
     filter_value = float(node.attr("mask_filter_value", MASK_FILTER_VALUE))
     uni = bool(int(node.attr("unidirectional", 0)))
@@ -293,10 +297,13 @@ def ms_multi_head_attention(node: Node) -> Kernel:
             past_key: np.ndarray | None = None, past_value: np.ndarray | None = None, *_: Any) -> Any:
         q, k, v = _f64(query), _f64(key), _f64(value)
         if bias is not None:
-            dq, dk = q.shape[2], k.shape[2]
+            dq, dk = q.shape[2], k.shape[1] * k.shape[3] if k.ndim == 4 else k.shape[2]
             b64 = bias.astype(np.float64)
-            q, k, v = q + b64[:dq], k + b64[dq:dq + dk], v + b64[dq + dk:]
-        qh, kh, vh = split_heads(q, heads), split_heads(k, heads), split_heads(v, heads)
+            q = q + b64[:dq]
+            if k.ndim == 3:  # onnxruntime adds no bias to keys and values given as heads
+                k, v = k + b64[dq:dq + dk], v + b64[dq + dk:]
+        qh = split_heads(q, heads)
+        kh, vh = (k, v) if k.ndim == 4 else (split_heads(k, heads), split_heads(v, heads))
         if past_key is not None and past_value is not None:
             kh = np.concatenate([past_key.astype(np.float64), kh], axis=2)
             vh = np.concatenate([past_value.astype(np.float64), vh], axis=2)

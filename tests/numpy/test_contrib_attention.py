@@ -163,6 +163,16 @@ def test_mha_unidirectional_self_attention_and_value_width():
     mha(q, k, v, attrs={"unidirectional": 1}, outputs=3)
 
 
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("mask", [None, "raw_2d", "lengths"])
+def test_mha_key_and_value_as_heads(bias, mask):
+    """key and value (B, N, L, H), as a cross attention's cache: present is them; the packed
+    bias applies to the query only."""
+    q = rand(B, S, N * H)
+    mha(q, rand(B, N, L, H), rand(B, N, L, H), bias=rand(3 * N * H) if bias else None,
+        mask=None if mask is None else MASKS[mask], outputs=3)
+
+
 @pytest.mark.parametrize("s,t,b", [(0, L, B), (S, 0, B), (S, L, 0)])
 def test_mha_empty(s, t, b):
     mha(*qkv(s, t, b=b))
@@ -171,7 +181,7 @@ def test_mha_empty(s, t, b):
 @pytest.mark.parametrize("case,match", [
     ("unidirectional_cross", "unidirectional=1 and query / key sequence lengths 3 / 4"),
     ("mask_3b2", "1-D key_padding_mask of 8 elements"),
-    ("bnsh_key", "key of shape \\[2, 2, 4, 8\\]: supported are 3-D"),
+    ("bnsh_with_past", "\\(B, N, L, H\\) key and value and a past: not supported"),
 ])
 def test_mha_refused_forms(case, match):
     q, k, v = qkv()
@@ -183,7 +193,9 @@ def test_mha_refused_forms(case, match):
         inputs = [("query", q), ("key", k), ("value", v), ("bias", None),
                   ("key_padding_mask", np.array([2, 4, 0, 1, 0, 1, 4, 4], np.int32))]
     else:
-        inputs = [("query", q), ("key", rand(B, N, L, H)), ("value", rand(B, N, L, H))]
+        inputs = [("query", q), ("key", rand(B, N, L, H)), ("value", rand(B, N, L, H)), ("bias", None),
+                  ("key_padding_mask", None), ("attention_bias", None), ("past_key", rand(B, N, 2, H)),
+                  ("past_value", rand(B, N, 2, H))]
     refused("MultiHeadAttention", inputs, ["output"], attrs, match)
 
 
