@@ -3,10 +3,12 @@
 :meth:`GenerateMixin.generate` runs the session's model token by token on one step way of
 :mod:`dispatch.generation` (the library compiles the model once with its dynamic dimensions; no
 plan is made per step or per past length), and :meth:`GenerateMixin.generator` hands a serving
-loop the step API itself. The way is a parameter: the untuned choice is the first available of
-``onnxruntime-iobinding``, ``onnxruntime``, ``openvino-stateful``, ``openvino`` (among the
-session's backends); choosing by measurement is the tuner's. A session keeps one generator per
-way, so each way compiles the model once per session.
+loop the step API itself. Without a ``way``, the session runs the generation plan stored for its
+model on this machine (``opdispatch tune MODEL --generate N``: the prompt's way and the steps'
+way chosen by measurement, :mod:`tuner.generation`), found through its plan source; without
+one, the untuned choice: the first available of ``onnxruntime-iobinding``, ``onnxruntime``,
+``openvino-stateful``, ``openvino`` (among the session's backends). A session keeps one
+generator per way, so each way compiles the model once per session.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import numpy as np
 
 from dispatch.generation.decoder_io import DecoderIO, read_decoder
 from dispatch.generation.generate import DEFAULT_MAX_LENGTH, Generator
+from dispatch.generation.planned import planned_generator
 from dispatch.generation.step_ways import StepWay
 from dispatch.generation.ways import (
     available_step_ways,
@@ -32,7 +35,11 @@ class GenerateMixin:
     """Decoding on a :class:`~dispatch.session.Session` (see the module docstring)."""
 
     _model: Any
+    _store: Any
     registry: Any
+    source: Any
+    store_path: str | None
+    objective: Any
     backend_order: list[str]
     config: Any
 
@@ -53,20 +60,43 @@ class GenerateMixin:
             io = self.__dict__["_generation_io"] = read_decoder(model_file(self._model))
         return io
 
+    def generation_plan(self) -> tuple[Any, str]:
+        """The generation plan stored for this session's model on this machine (looked up
+        once through the session's plan source, :mod:`tuner.generation`), else ``None``, and a
+        note: where it came from, or why none is used."""
+        found = self.__dict__.get("_generation_plan")
+        if found is None:
+            lookup = getattr(self.source, "lookup_generation", None)
+            if lookup is None or self._store is False or self.store_path is None:
+                why = ("no plan source" if lookup is None else "the session takes no stored plans")
+                found = (None, f"no generation plan ({why})")
+            else:
+                found = lookup(self._store, self.store_path, self._decoder_io().path,
+                               self.registry, str(self.objective))
+            self.__dict__["_generation_plan"] = found
+        return found
+
     def _built(self, way: str | None, max_length: int) -> tuple[Generator, threading.Lock]:
-        """The generator of ``way`` (built on first use, then kept) and the lock its
-        generations take turns by."""
+        """The generator of ``way`` (built on first use, then kept; ``None``: the stored
+        generation plan's ways, else the untuned choice) and the lock its generations take
+        turns by."""
         io = self._decoder_io()
-        chosen = self._step_way(way)
+        plan = self.generation_plan()[0] if way is None else None
+        chosen = None if plan is not None else self._step_way(way)
+        name = "plan" if chosen is None else chosen.name
         lock = self.__dict__.setdefault("_generate_lock", threading.Lock())
         with lock:
             generators: dict[str, tuple[Generator, threading.Lock]] = \
                 self.__dict__.setdefault("_generators", {})
-            if chosen.name not in generators:
-                threads = int(getattr(self.config, "threads", 0) or 0) or None
-                gen = Generator(io.path, chosen, max_length=max_length, threads=threads, io=io)
-                generators[chosen.name] = (gen, threading.Lock())
-            return generators[chosen.name]
+            if name not in generators:
+                if chosen is None:
+                    gen = planned_generator(io.path, plan, max_length=max_length,
+                                            registry=self.registry, io=io)
+                else:
+                    threads = int(getattr(self.config, "threads", 0) or 0) or None
+                    gen = Generator(io.path, chosen, max_length=max_length, threads=threads, io=io)
+                generators[name] = (gen, threading.Lock())
+            return generators[name]
 
     def generator(self, way: str | None = None, *, max_length: int = DEFAULT_MAX_LENGTH) -> Generator:
         """The session's :class:`~dispatch.generation.generate.Generator` on ``way`` (built on
@@ -86,8 +116,8 @@ class GenerateMixin:
         or ``[1, sequence]``): greedy, or sampled (``do_sample``) with ``temperature``,
         ``top_k``, ``top_p`` and ``seed``; ``stop_tokens`` end it early (the stop token is the
         last one returned). ``way`` names the step way (:meth:`step_ways` lists them; default
-        the first available). Returns int64 ``[new tokens]``. Concurrent calls on one way take
-        turns on its one generator.
+        the stored generation plan's ways, else the first available). Returns int64
+        ``[new tokens]``. Concurrent calls on one way take turns on its one generator.
 
         The model must be exported with its cache (``past_key_values.N.key`` inputs,
         ``present.N.key`` outputs); another model raises

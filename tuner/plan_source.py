@@ -155,6 +155,28 @@ class StorePlanSource:
                 opened.close()
         return found
 
+    def lookup_generation(self, store: Any, store_path: str, model_path: str, registry: Registry,
+                          objective: Objective | str = "latency") -> tuple[Any, str]:
+        """The generation plan stored for the decoder at ``model_path`` on this machine with
+        these libraries and ``objective`` (:mod:`tuner.generation.tune_generate`), and a note:
+        where it came from or why there is none; never raises (a broken store gives none, with
+        the reason)."""
+        from tuner.generation.tune_generate import stored_generation_plan
+
+        if not isinstance(store, PlanStore) and _absent(store_path):
+            return None, f"no generation plan stored (no plan store at {store_path})"
+        opened: PlanStore | None = None
+        try:
+            plans = store if isinstance(store, PlanStore) else None
+            if plans is None:
+                plans = opened = PlanStore(store_path, readonly=True)
+            return stored_generation_plan(model_path, plans, registry, str(objective))
+        except Exception as exc:  # a broken store must never stop the model from generating
+            return None, f"the plan store could not be read ({type(exc).__name__}: {exc})"
+        finally:
+            if opened is not None:
+                opened.close()
+
     def tune_range(
         self, model: ModelLike, *, store: Any, store_path: str, shapes: Mapping[str, Any],
         registry: Registry, config: Config, objective: Objective | str,
