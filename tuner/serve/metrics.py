@@ -10,10 +10,14 @@ framework's own ``request_predict_seconds`` and friends).
 | ``opdispatch_backend_seconds_total`` | counter | model, backend | wall time spent in each backend's calls |
 | ``opdispatch_requests_in_flight`` | gauge | model | admitted, waiting or running |
 | ``opdispatch_model_ready`` | gauge | model | 1 once the stored plan loaded and ran once |
+| ``opdispatch_generations_total`` | counter | model, finish_reason | generations by how they ended |
+| ``opdispatch_generated_tokens_total`` | counter | model | tokens generated |
 
 The outcomes of ``opdispatch_requests_total``: ``ok``, ``invalid`` (the client's error: dtype,
 shape, names), ``rejected`` (the queue was full), ``failed`` (the server's error). The backend
-``conversion`` of ``opdispatch_backend_seconds_total`` is the time in layout conversions.
+``conversion`` of ``opdispatch_backend_seconds_total`` is the time in layout conversions. The
+finish reasons of ``opdispatch_generations_total``: ``length``, ``stop``, ``cancelled`` (the
+client disconnected), ``error``.
 
 The metrics live in ``prometheus_client``'s default registry, created once per process.
 """
@@ -43,3 +47,6 @@ BACKEND_SECONDS = Counter("opdispatch_backend_seconds", "Wall time in each backe
 IN_FLIGHT = Gauge("opdispatch_requests_in_flight", "Requests admitted, waiting or running",
                   ["model"])
 READY = Gauge("opdispatch_model_ready", "1 once the model's plan loaded and ran once", ["model"])
+GENERATIONS = Counter("opdispatch_generations", "Generations by how they ended",
+                      ["model", "finish_reason"])
+GENERATED_TOKENS = Counter("opdispatch_generated_tokens", "Tokens generated", ["model"])

@@ -18,6 +18,9 @@ user names (loopback by default: the framework itself listens on every address),
   fast route's decoder, then the framework's handler. One decoder and one body limit
   (:func:`tuner.serve.oip_codec.read_body`) for the whole server, and nothing of the framework
   patched: what is added goes through its public classes and FastAPI's and Starlette's API;
+- token generation for the decoder models (``POST /v2/models/NAME/generate`` and
+  ``.../generate_stream``, Server-Sent Events): :mod:`tuner.serve.generate_route`; such a model
+  is ready when it can generate, and its metadata says so (``generate``, the ways);
 - graceful shutdown (SIGTERM, SIGINT): new requests are refused with 503, those in flight are
   answered (uvicorn's and grpcio's grace periods), then the model threads are released.
 """
@@ -28,7 +31,7 @@ import asyncio
 import contextlib
 import logging
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from tuner.serve.fast_infer import InferFastPath, runners_of
@@ -139,10 +142,14 @@ def _add_infer_route(app: Any, dataplane: Any, model_repository_extension: Any) 
                       response_model=None)
 
 
-def _add_routes(app: Any, models: dict[str, Any]) -> None:
+def _add_routes(app: Any, models: dict[str, Any], generation: Mapping[str, Any] | None = None
+                ) -> None:
     """Readiness with the reason, and metadata with the plan (registered before the
     framework's routes, so they answer first). Each model says what it is with an awaitable
-    ``describe()`` (:meth:`tuner.serve.oip_model.OpdispatchModel.describe`)."""
+    ``describe()`` (:meth:`tuner.serve.oip_model.OpdispatchModel.describe`); a decoder's
+    generation pool (``generation``: :class:`tuner.serve.generate_route.GenerationPool` by
+    name) adds its parameters, and the model is ready when either route can answer."""
+    generation = generation or {}
     from fastapi.responses import JSONResponse
 
     def unknown(name: str) -> JSONResponse:
@@ -155,7 +162,8 @@ def _add_routes(app: Any, models: dict[str, Any]) -> None:
         if model is None:
             return unknown(model_name)
         described = await model.describe()
-        if not described["ready"]:
+        pool = generation.get(model_name)
+        if not described["ready"] and not (pool is not None and pool.ready):
             return JSONResponse(status_code=503, content={
                 "name": model_name, "ready": False,
                 "error": f"Model with name {model_name} is not ready: {described['reason']}"})
@@ -170,7 +178,8 @@ def _add_routes(app: Any, models: dict[str, Any]) -> None:
             "name": model_name, "versions": [d["version"]] if d["version"] else [],
             "platform": d.get("platform", PLATFORM), "inputs": d["inputs"],
             "outputs": d["outputs"],
-            "parameters": {"ready": d["ready"], "reason": d["reason"], **d["plan"]},
+            "parameters": {"ready": d["ready"], "reason": d["reason"], **d["plan"],
+                           **(generation[model_name].describe() if model_name in generation else {})},
         })
 
     async def malformed(_request: Any, exc: Any) -> JSONResponse:
@@ -201,20 +210,29 @@ def serve(runners: Sequence[ModelRunner], *, host: str = "127.0.0.1", http_port:
           on_loaded: Callable[[Sequence[ModelRunner]], None] | None = None) -> None:
     """Load every model (each one's plan loaded and run once) and serve them until SIGTERM or
     SIGINT (see the module docstring). Blocks."""
+    from tuner.serve.generate_route import generation_pools
     from tuner.serve.oip_model import OpdispatchModel
 
     models = [OpdispatchModel(r) for r in runners]
     for model in models:
         model.load()
+    pools, refused = generation_pools(runners)
     if on_loaded is not None:
         on_loaded(runners)
+    for name, pool in pools.items():
+        print(f"  {name}: generates (POST /v2/models/{name}/generate, .../generate_stream): "
+              + (pool.info.get("generate_plan", "") if pool.ready else f"NOT READY: {pool.reason}"),
+              file=sys.stderr, flush=True)
     try:
         serve_models(models, host=host, http_port=http_port, grpc_port=grpc_port,
                      max_body_bytes=max_body_bytes, grace_s=grace_s,
-                     on_stop=lambda: [r.stop_admitting() for r in runners])
+                     on_stop=lambda: [x.stop_admitting() for x in (*runners, *pools.values())],
+                     generation=(pools, refused))
     finally:
         for runner in runners:
             runner.close()
+        for pool in pools.values():
+            pool.close()
 
 
 def event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
@@ -285,10 +303,13 @@ class _GRPCServer:
 
 def serve_models(models: Sequence[Any], *, host: str, http_port: int, grpc_port: int | None,
                  max_body_bytes: int, grace_s: float,
-                 on_stop: Callable[[], Any] | None = None, access_log: bool = False) -> None:
+                 on_stop: Callable[[], Any] | None = None, access_log: bool = False,
+                 generation: tuple[Mapping[str, Any], Mapping[str, str]] | None = None) -> None:
     """Serve ``models`` (``kserve`` models with an awaitable ``describe()``: local ones or
     Ray Serve deployments) over HTTP and gRPC on ``host`` until SIGTERM or SIGINT (one log line
-    per HTTP request with ``access_log``). Blocks."""
+    per HTTP request with ``access_log``); ``generation``: the decoders' generation pools and
+    why the other models are not decoders (:func:`tuner.serve.generate_route.generation_pools`),
+    whose routes are added. Blocks."""
     framework = _framework()
     from kserve.protocol.rest.server import RESTServer
 
@@ -309,7 +330,11 @@ def serve_models(models: Sequence[Any], *, host: str, http_port: int, grpc_port:
             for model in models:
                 self.register_model(model)
             app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
-            _add_routes(app, {m.name: m for m in models})
+            _add_routes(app, {m.name: m for m in models}, generation and generation[0])
+            if generation is not None:
+                from tuner.serve.generate_route import add_generate_routes
+
+                add_generate_routes(app, *generation)
             _add_infer_route(app, self.dataplane, self.model_repository_extension)
             # uvicorn serves the fast route in front of the framework's application
             rest = QuietRESTServer(InferFastPath(app, runners_of(models), max_body_bytes),
