@@ -41,6 +41,16 @@ TOLERANCE: dict[str, tuple[float, float]] = {
     "com.microsoft::MatMulNBits": (1e-3, 1e-4),
     "com.microsoft::DynamicQuantizeMatMul": (1e-3, 1e-4),
     "com.microsoft::MatMulIntegerToFloat": (1e-3, 1e-4),
+    # the quantizers' QAttention as Attention (its integer product is exact); the optimizer's
+    # EmbedLayerNormalization as LayerNormalization
+    "com.microsoft::QAttention": (1e-3, 1e-4),
+    # DynamicQuantizeLSTM quantizes its hidden state at every step: onnxruntime with several
+    # threads quantizes each thread's share of the batch on its own (measured with onnxruntime
+    # 1.32, 2 threads, batch 2: each row alone matches to 3e-7), the reference the whole batch
+    # as onnxruntime does on one thread; a value one quantization step apart is carried through
+    # the recurrence (measured 3.2e-3 of outputs ~0.8 over 25 steps)
+    "com.microsoft::DynamicQuantizeLSTM": (1e-2, 1e-2),
+    "com.microsoft::EmbedLayerNormalization": (1e-3, 1e-4),
     # sums of products like Conv / MatMul, normalisations like LayerNormalization (a
     # variance of 0, one element per group, scales rounding errors by 1 / sqrt(epsilon))
     "ConvTranspose": (1e-3, 1e-4),
@@ -61,6 +71,21 @@ TOLERANCE: dict[str, tuple[float, float]] = {
     "Scan": (1e-3, 1e-4),
 }
 DEFAULT_TOLERANCE = (1e-5, 1e-6)
+
+#: quantized (integer) outputs that may differ from the reference by this many quantization
+#: steps: a float32 value that onnxruntime computes in another order (or, for the sigmoid, by
+#: MLAS's polynomial approximation) can fall on the other side of a rounding half; every other
+#: integer output must equal the reference's
+QUANTIZED_STEPS: dict[str, int] = {
+    f"com.microsoft::{op}": 1 for op in (
+        "QLinearAdd", "QLinearMul", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearConcat",
+        "QLinearGlobalAveragePool", "QLinearAveragePool", "QGemm")
+}
+
+
+def quantized_steps(nodes: Sequence[Node]) -> int:
+    """How many quantization steps an integer output of ``nodes`` may differ by (0: none)."""
+    return max((QUANTIZED_STEPS.get(n.key_op, 0) for n in nodes), default=0)
 
 
 def tolerance(nodes: Sequence[Node]) -> tuple[float, float]:
@@ -87,6 +112,10 @@ def check_outputs(
         if o.shape != r.shape or o.dtype != r.dtype:
             return f"output {k}: {o.dtype}{list(o.shape)} where the reference gives {r.dtype}{list(r.shape)}"
         if r.dtype.kind not in "fc":
+            steps = quantized_steps(nodes) if r.dtype.kind in "iu" else 0
+            diff = np.abs(o.astype(np.int64) - r.astype(np.int64)) if steps else None
+            if diff is not None and (not diff.size or int(diff.max()) <= steps):
+                continue
             if not np.array_equal(o, r):
                 return f"output {k}: differs from the reference"
             continue

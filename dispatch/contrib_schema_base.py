@@ -1,6 +1,7 @@
 """The data types of onnxruntime's contrib schemas (issue 52), shared by
 :mod:`dispatch.contrib_schemas` (the registry: activations, normalizations, FusedMatMul) and
-:mod:`dispatch.contrib_schemas_attention` (attention, rotary embedding, quantized matmuls),
+:mod:`dispatch.contrib_schemas_attention` (attention, rotary embedding, quantized matmuls) and
+:mod:`dispatch.contrib_schemas_quantized` (the quantizers' QOperator format, EmbedLayerNormalization),
 which it imports. No onnx is imported here."""
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ class Param:
     name: str
     type_str: str
     optional: bool = False
+    #: a variadic input (the last), of values of different types (QLinearConcat's inputs)
+    variadic: bool = False
 
 
 @dataclass(frozen=True)

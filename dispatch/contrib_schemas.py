@@ -30,6 +30,7 @@ from dispatch.contrib_schema_base import arg as _arg
 from dispatch.contrib_schema_base import known as _known
 from dispatch.contrib_schema_base import params as _t
 from dispatch.contrib_schemas_attention import ATTENTION_SCHEMAS
+from dispatch.contrib_schemas_quantized import QUANTIZED_SCHEMAS
 from dispatch.op_schema import ShapeFn, TensorInfo
 
 __all__ = ["FLOATS", "MS_DOMAIN", "OWNER", "SCHEMAS", "ContribSchema", "NoDefault", "Param", "register_all",
@@ -229,6 +230,8 @@ SCHEMAS: tuple[ContribSchema, ...] = (
                   simplified_layer_norm_shapes),
     # attention, rotary embedding and quantized matmuls: their own module (size)
     *ATTENTION_SCHEMAS,
+    # the quantizers' QOperator format and EmbedLayerNormalization: their own module (size)
+    *QUANTIZED_SCHEMAS,
 )
 
 #: the contrib operators of ONNX's default domain, which onnx itself does not define
@@ -244,6 +247,10 @@ def onnx_schema(spec: ContribSchema) -> Any:
     from onnx.defs import OpSchema
 
     def param(p: Param) -> Any:
+        if p.variadic:
+            return OpSchema.FormalParameter(p.name, p.type_str, "",
+                                            param_option=OpSchema.FormalParameterOption.Variadic,
+                                            is_homogeneous=False)
         option = (OpSchema.FormalParameterOption.Optional if p.optional
                   else OpSchema.FormalParameterOption.Single)
         return OpSchema.FormalParameter(p.name, p.type_str, "", param_option=option)

@@ -45,6 +45,10 @@ MODULES = (
     "contrib_matmul",
     "contrib_attention",
     "contrib_quantized",
+    "contrib_qoperator",
+    "contrib_qattention",
+    "contrib_qrecurrent",
+    "contrib_embedding",
 )
 
 

@@ -44,6 +44,10 @@ CONTRIB_OPS: frozenset[str] = frozenset(
         "Gelu", "FastGelu", "BiasGelu", "QuickGelu", "SkipLayerNormalization",
         "SkipSimplifiedLayerNormalization", "FusedMatMul", "RotaryEmbedding", "MultiHeadAttention",
         "Attention", "GroupQueryAttention", "MatMulNBits", "DynamicQuantizeMatMul", "MatMulIntegerToFloat",
+        # the quantizers' QOperator format and the optimizer's fused embeddings
+        "QLinearAdd", "QLinearMul", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearConcat",
+        "QLinearGlobalAveragePool", "QLinearAveragePool", "QGemm", "QAttention", "DynamicQuantizeLSTM",
+        "EmbedLayerNormalization",
     )
 )
 #: contrib operators of the schemas not offered, with why
@@ -104,6 +108,13 @@ def _contrib_reason(node: Node) -> str | None:
     if b is not None and (b.shape is None or len(b.shape) == 1) and node.attrs.get("transA"):
         return ("onnxruntime's FusedMatMul with transA and a 1-D B reads A untransposed (measured "
                 "with onnxruntime 1.32: A reshaped, not transposed)")
+    if node.key_op == "com.microsoft::EmbedLayerNormalization" and len(node.outputs) < 2:
+        return ("never offered to onnxruntime: its EmbedLayerNormalization without the mask_index output "
+                "fails onnxruntime 1.32's type inference (output index 1 is out of range)")
+    if node.key_op in ("com.microsoft::QLinearAdd", "com.microsoft::QLinearMul") and any(
+            node.input(k) is None for k in (2, 5, 7)):
+        return (f"never offered to onnxruntime: its {node.op_type} with an omitted zero point fails "
+                f"onnxruntime 1.32's type inference (input data type does not match)")
     return None
 
 

@@ -67,6 +67,12 @@ _CONTRIB_ATTENTION = ("never offered to OpenVINO yet: onnxruntime's attention, r
 UNSUPPORTED_OPS.update({f"com.microsoft::{op}": _CONTRIB_ATTENTION for op in (
     "RotaryEmbedding", "MultiHeadAttention", "Attention", "GroupQueryAttention", "MatMulNBits",
     "DynamicQuantizeMatMul", "MatMulIntegerToFloat")})
+_CONTRIB_QOPERATOR = ("never offered to OpenVINO yet: onnxruntime's QOperator-format quantized operators and "
+                      "EmbedLayerNormalization are not measured against the reference on OpenVINO")
+UNSUPPORTED_OPS.update({f"com.microsoft::{op}": _CONTRIB_QOPERATOR for op in (
+    "QLinearAdd", "QLinearMul", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearConcat",
+    "QLinearGlobalAveragePool", "QLinearAveragePool", "QGemm", "QAttention", "DynamicQuantizeLSTM",
+    "EmbedLayerNormalization")})
 
 #: dtypes the CPU plugin computes in a narrower type (it converts them at the model's edges and
 #: runs the kernels in the narrower one), so their values may change on the way through

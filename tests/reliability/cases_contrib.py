@@ -401,3 +401,10 @@ ORACLES: dict[str, Callable[..., np.ndarray]] = {
     _key("DynamicQuantizeMatMul"): _dynamic_quantize_matmul,
     _key("MatMulIntegerToFloat"): _matmul_integer_to_float,
 }
+
+# the QOperator-format operators and EmbedLayerNormalization: their own module (size), which
+# takes this module's helpers (so imported last) and registers its builders
+from tests.reliability import cases_contrib_quantized as _quantized  # noqa: E402
+
+ORACLES.update(_quantized.ORACLES)
+DIFFERENCES.update(_quantized.DIFFERENCES)

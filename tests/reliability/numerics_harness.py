@@ -210,6 +210,8 @@ class Tolerance:
     #: booleans of comparisons and quotients by denormals differ wholesale); only that it runs
     #: and gives the reference's shape and dtype is checked
     not_compared: bool = False
+    #: an integer (quantized) output may differ by this many steps (dispatch.compare.QUANTIZED_STEPS)
+    steps: int = 0
 
 
 #: the magnitude from which :attr:`Tolerance.inf_where_huge` accepts an infinite output
@@ -225,6 +227,9 @@ def compare(out: np.ndarray, ref: np.ndarray, tol: Tolerance) -> str | None:
     if tol.not_compared:
         return None
     if ref.dtype.kind not in "fc":
+        if tol.steps and ref.dtype.kind in "iu" and (
+                not ref.size or int(np.abs(out.astype(np.int64) - ref.astype(np.int64)).max()) <= tol.steps):
+            return None
         if not np.array_equal(out, ref):
             return f"differs at {int(np.count_nonzero(out != ref))} of {ref.size} elements"
         return None

@@ -1,0 +1,260 @@
+"""numpy references of onnxruntime's QOperator-format quantized operators (domain
+``com.microsoft``, issue 52), what ``quantize_static`` / ``quantize_dynamic`` write with
+``quant_format=QuantFormat.QOperator`` (schemas: :mod:`dispatch.contrib_schemas_quantized`).
+
+Tensors are uint8 or int8 with per-tensor float32 scales and zero points (a zero point omitted
+is 0). Every result is computed in float32 in the order onnxruntime's MLAS kernels compute it,
+rounded half to even and saturated to the output type:
+
+- ``QLinearAdd``: ``rint((C_zero - (ra * A_zero + rb * B_zero) + ra * A) + rb * B)`` with
+  ``ra = A_scale / C_scale`` and ``rb = B_scale / C_scale`` (A and B broadcast).
+- ``QLinearMul``: ``rint((A - A_zero) (B - B_zero) * (A_scale * B_scale / C_scale)) + C_zero``.
+- ``QLinearSigmoid`` / ``QLinearLeakyRelu``: a 256-entry table of every input value: dequantized
+  (``(q - zero) * scale``), the function in float32, quantized (``rint(y / Y_scale) + Y_zero``).
+  onnxruntime's sigmoid is MLAS's polynomial logistic, within a few float32 ulps of the exact
+  one: where ``y / Y_scale`` falls that close to a half, onnxruntime may round the other way
+  (a difference of 1 quantization step; dispatch.compare.QUANTIZED_STEPS allows it).
+- ``QLinearConcat``: each input requantized to Y's scale and zero point by such a table (copied
+  where its scale and zero point are Y's), then concatenated along ``axis``.
+- ``QLinearGlobalAveragePool``: the integer sum over the spatial axes (channels first, or last
+  with ``channels_last``), ``rint((sum - x_zero * size) * (x_scale / (y_scale * size))) + y_zero``.
+
+Forms not covered (per-channel scales, QLinearConcat's float inputs...) are refused by the
+kernel's ``supports`` with what was received and what is covered: such a node runs on
+onnxruntime. ``QAttention`` is in :mod:`impls.numpy.contrib_qattention`, ``DynamicQuantizeLSTM``
+in :mod:`impls.numpy.contrib_qrecurrent`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from dispatch.graph import Node
+from dispatch.registry import Priority
+from impls.numpy.contrib_activations import MS_DOMAIN
+from impls.numpy.misc import check_dtypes, first_reason
+from impls.numpy.table import impls
+
+Kernel = Callable[..., Any]
+
+#: the quantized types of the QOperator format
+QTYPES = frozenset({"uint8", "int8"})
+
+
+# -- the math ------------------------------------------------------------------------------------
+
+
+def qrange(dtype: np.dtype) -> tuple[int, int]:
+    """The saturation bounds of a quantized type."""
+    info = np.iinfo(dtype)
+    return int(info.min), int(info.max)
+
+
+def scalar(x: np.ndarray | None, default: float = 0.0) -> np.float32:
+    """A per-tensor scale or zero point as a float32 scalar (``default`` when omitted)."""
+    return np.float32(default) if x is None else np.float32(np.asarray(x).reshape(-1)[0])
+
+
+def saturate(v: np.ndarray, zero: np.float32 | float, dtype: np.dtype) -> np.ndarray:
+    """``rint(v) + zero`` saturated to ``dtype`` (``v`` float32: onnxruntime rounds before it
+    adds the zero point, half to even)."""
+    lo, hi = qrange(dtype)
+    with np.errstate(invalid="ignore"):
+        r = np.rint(np.asarray(v, np.float32)).astype(np.float64) + float(zero)
+    return np.clip(np.nan_to_num(r, nan=float(zero)), lo, hi).astype(dtype)
+
+
+def quantize(y: np.ndarray, scale: np.float32, zero: np.float32 | float, dtype: np.dtype) -> np.ndarray:
+    """MLAS's QuantizeLinear of float32 ``y``: ``rint(y / scale) + zero``, saturated."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return saturate(np.asarray(y, np.float32) / np.float32(scale), zero, dtype)
+
+
+def lookup_table(dtype: np.dtype, x_scale: np.float32, x_zero: np.float32, y_scale: np.float32,
+                 y_zero: np.float32, out_dtype: np.dtype,
+                 fn: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+    """onnxruntime's table of a quantized unary function: for every value q of ``dtype`` (in
+    order from its minimum), ``quantize(fn((q - x_zero) * x_scale))``."""
+    lo, hi = qrange(dtype)
+    q = np.arange(lo, hi + 1, dtype=np.float32)
+    x = (q - np.float32(x_zero)) * np.float32(x_scale)
+    with np.errstate(all="ignore"):
+        return quantize(fn(x.astype(np.float32)), y_scale, y_zero, out_dtype)
+
+
+def apply_table(table: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """``table`` looked up at every element of the quantized ``x``."""
+    lo, _ = qrange(x.dtype)
+    return table[x.astype(np.int64) - lo]
+
+
+def sigmoid32(x: np.ndarray) -> np.ndarray:
+    """The logistic function in float32 (computed in float64 and rounded once)."""
+    with np.errstate(over="ignore"):
+        return (1.0 / (1.0 + np.exp(-x.astype(np.float64)))).astype(np.float32)
+
+
+def leaky_relu32(alpha: float) -> Callable[[np.ndarray], np.ndarray]:
+    """LeakyRelu of float32 values: ``x`` where ``x >= 0``, else ``x * alpha`` (in float32)."""
+    a = np.float32(alpha)
+    return lambda x: np.where(x >= 0, x, x * a).astype(np.float32)
+
+
+# -- the supports() of per-tensor quantization ------------------------------------------------------
+
+
+def per_tensor_reason(node: Node, indices: tuple[int, ...], names: dict[int, str]) -> str | None:
+    """Why one of ``node``'s scales or zero points (``indices``) is not per tensor, or ``None``."""
+    for k in indices:
+        v = node.input(k)
+        if v is not None and v.shape is not None and math.prod(int(d) if isinstance(d, int) else 2
+                                                               for d in v.shape) != 1:
+            return (f"{node.op_type} with {names.get(k, f'input {k}')} of shape {list(v.shape)}: supported "
+                    f"are per-tensor scales and zero points (one value)")
+    return None
+
+
+def _binary_reason(node: Node) -> str | None:
+    names = {1: "A_scale", 2: "A_zero_point", 4: "B_scale", 5: "B_zero_point", 6: "C_scale",
+             7: "C_zero_point"}
+    return first_reason(check_dtypes(node, QTYPES, (0, 2, 3, 5, 7), same=True),
+                        check_dtypes(node, frozenset({"float32"}), (1, 4, 6)),
+                        per_tensor_reason(node, (1, 2, 4, 5, 6, 7), names))
+
+
+@impls.register("QLinearAdd", "ms_float32", domain=MS_DOMAIN, priority=Priority.DEFAULT,
+                supports=_binary_reason)
+def ms_qlinear_add(node: Node) -> Kernel:
+    """com.microsoft QLinearAdd: the sum of the dequantized A and B, requantized."""
+
+    def run(a: np.ndarray, a_scale: np.ndarray, a_zero: np.ndarray | None, b: np.ndarray,
+            b_scale: np.ndarray, b_zero: np.ndarray | None, c_scale: np.ndarray,
+            c_zero: np.ndarray | None = None) -> np.ndarray:
+        sc = scalar(c_scale)
+        ra, rb = scalar(a_scale) / sc, scalar(b_scale) / sc
+        fixed = scalar(c_zero) - (ra * scalar(a_zero) + rb * scalar(b_zero))
+        v = (fixed + a.astype(np.float32) * ra) + b.astype(np.float32) * rb
+        return np.ascontiguousarray(saturate(v, 0.0, a.dtype))
+
+    return run
+
+
+@impls.register("QLinearMul", "ms_float32", domain=MS_DOMAIN, priority=Priority.DEFAULT,
+                supports=_binary_reason)
+def ms_qlinear_mul(node: Node) -> Kernel:
+    """com.microsoft QLinearMul: the product of the dequantized A and B, requantized."""
+
+    def run(a: np.ndarray, a_scale: np.ndarray, a_zero: np.ndarray | None, b: np.ndarray,
+            b_scale: np.ndarray, b_zero: np.ndarray | None, c_scale: np.ndarray,
+            c_zero: np.ndarray | None = None) -> np.ndarray:
+        multiplier = scalar(a_scale) * scalar(b_scale) / scalar(c_scale)
+        product = (a.astype(np.float32) - scalar(a_zero)) * (b.astype(np.float32) - scalar(b_zero))
+        return np.ascontiguousarray(saturate(product * multiplier, scalar(c_zero), a.dtype))
+
+    return run
+
+
+def _unary_reason(node: Node) -> str | None:
+    names = {1: "X_scale", 2: "X_zero_point", 3: "Y_scale", 4: "Y_zero_point"}
+    return first_reason(check_dtypes(node, QTYPES, (0, 2, 4), same=True),
+                        check_dtypes(node, frozenset({"float32"}), (1, 3)),
+                        per_tensor_reason(node, (1, 2, 3, 4), names))
+
+
+def _unary_kernel(fn: Callable[[np.ndarray], np.ndarray]) -> Kernel:
+    def run(x: np.ndarray, x_scale: np.ndarray, x_zero: np.ndarray | None, y_scale: np.ndarray,
+            y_zero: np.ndarray | None = None) -> np.ndarray:
+        table = lookup_table(x.dtype, scalar(x_scale), scalar(x_zero), scalar(y_scale), scalar(y_zero),
+                             x.dtype, fn)
+        return np.ascontiguousarray(apply_table(table, x))
+
+    return run
+
+
+@impls.register("QLinearSigmoid", "ms_table", domain=MS_DOMAIN, priority=Priority.DEFAULT,
+                supports=_unary_reason)
+def ms_qlinear_sigmoid(node: Node) -> Kernel:
+    """com.microsoft QLinearSigmoid: a table of the sigmoid of every quantized value."""
+    return _unary_kernel(sigmoid32)
+
+
+@impls.register("QLinearLeakyRelu", "ms_table", domain=MS_DOMAIN, priority=Priority.DEFAULT,
+                supports=_unary_reason)
+def ms_qlinear_leaky_relu(node: Node) -> Kernel:
+    """com.microsoft QLinearLeakyRelu: a table of the LeakyRelu of every quantized value."""
+    return _unary_kernel(leaky_relu32(float(node.attr("alpha", np.float32(0.01)))))
+
+
+# -- QLinearConcat -----------------------------------------------------------------------------------
+
+
+def _concat_reason(node: Node) -> str | None:
+    n = len(node.inputs)
+    if n < 5 or (n - 2) % 3:
+        return (f"QLinearConcat with {n} inputs: supported are Y_scale, Y_zero_point and then (tensor, "
+                f"scale, zero point) triples")
+    tensors = tuple(range(2, n, 3))
+    if any(node.input(k) is None for k in range(n)):
+        return "QLinearConcat with an omitted input: supported are every tensor, scale and zero point given"
+    names = {k: f"the scale or zero point of input {k}" for k in range(n)}
+    return first_reason(check_dtypes(node, QTYPES, (1, *tensors, *(k + 2 for k in tensors)), same=True),
+                        check_dtypes(node, frozenset({"float32"}), (0, *(k + 1 for k in tensors))),
+                        per_tensor_reason(node, (0, 1, *(k + j for k in tensors for j in (1, 2))), names))
+
+
+@impls.register("QLinearConcat", "ms_table", domain=MS_DOMAIN, priority=Priority.DEFAULT,
+                supports=_concat_reason)
+def ms_qlinear_concat(node: Node) -> Kernel:
+    """com.microsoft QLinearConcat: every input requantized to Y's parameters, concatenated."""
+    axis = int(node.attr("axis"))
+
+    def run(y_scale: np.ndarray, y_zero: np.ndarray, *triples: np.ndarray) -> np.ndarray:
+        ys, yz = scalar(y_scale), scalar(y_zero)
+        parts = []
+        for k in range(0, len(triples), 3):
+            x, xs, xz = triples[k], scalar(triples[k + 1]), scalar(triples[k + 2])
+            if xs == ys and xz == yz:
+                parts.append(x)
+            else:
+                table = lookup_table(x.dtype, xs, xz, ys, yz, y_zero.dtype, lambda v: v)
+                parts.append(apply_table(table, x))
+        return np.ascontiguousarray(np.concatenate(parts, axis=axis % parts[0].ndim).astype(y_zero.dtype))
+
+    return run
+
+
+# -- QLinearGlobalAveragePool ---------------------------------------------------------------------
+
+
+def _pool_reason(node: Node) -> str | None:
+    x = node.input(0)
+    if x is not None and x.shape is not None and len(x.shape) < 3:
+        return (f"QLinearGlobalAveragePool with X of shape {list(x.shape)}: supported are 3-D and more "
+                f"(N, C, spatial...) or, channels_last, (N, spatial..., C)")
+    names = {1: "x_scale", 2: "x_zero_point", 3: "y_scale", 4: "y_zero_point"}
+    return first_reason(check_dtypes(node, QTYPES, (0, 2, 4), same=True),
+                        check_dtypes(node, frozenset({"float32"}), (1, 3)),
+                        per_tensor_reason(node, (1, 2, 3, 4), names))
+
+
+@impls.register("QLinearGlobalAveragePool", "ms_int_sum", domain=MS_DOMAIN, priority=Priority.DEFAULT,
+                supports=_pool_reason)
+def ms_qlinear_global_average_pool(node: Node) -> Kernel:
+    """com.microsoft QLinearGlobalAveragePool: the integer sum over the spatial axes, requantized."""
+    last = bool(int(node.attr("channels_last", 0)))
+
+    def run(x: np.ndarray, x_scale: np.ndarray, x_zero: np.ndarray, y_scale: np.ndarray,
+            y_zero: np.ndarray) -> np.ndarray:
+        axes = tuple(range(1, x.ndim - 1)) if last else tuple(range(2, x.ndim))
+        size = math.prod(x.shape[a] for a in axes)
+        total = x.astype(np.int64).sum(axis=axes, keepdims=True) - int(scalar(x_zero)) * size
+        with np.errstate(divide="ignore", invalid="ignore"):
+            scale = scalar(x_scale) / (scalar(y_scale) * np.float32(size))
+            v = total.astype(np.float32) * scale
+        return np.ascontiguousarray(saturate(v, scalar(y_zero), x.dtype))
+
+    return run
