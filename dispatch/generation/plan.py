@@ -52,6 +52,12 @@ class GenerationPlan:
             ``tokens_per_s``, or ``rejected`` with the reason).
         notes: the prompt length and new tokens it was tuned for, the bandwidth bound, the
             budget.
+        precision: the weights both phases run: ``float32`` (the model file itself) or a
+            weight-reduced variant's :attr:`~dispatch.generation.weights.WeightRecipe.spec`.
+        recipe: the variant's :class:`~dispatch.generation.weights.WeightRecipe` as a dict
+            (``None`` for float32): the variant is found in the variant cache by it, or made
+            again from it (:func:`~dispatch.generation.planned.planned_generator`).
+        accuracy: the variant's figures against float32 and the budget they met.
     """
 
     prefill: StepChoice
@@ -59,6 +65,9 @@ class GenerationPlan:
     why: dict[str, str] = field(default_factory=dict)
     measured: dict[str, dict[str, Any]] = field(default_factory=dict)
     notes: dict[str, Any] = field(default_factory=dict)
+    precision: str = "float32"
+    recipe: dict[str, Any] | None = None
+    accuracy: dict[str, Any] = field(default_factory=dict)
 
     @property
     def split(self) -> bool:
@@ -76,21 +85,41 @@ class GenerationPlan:
         if missing:
             raise PlanError(f"a generation plan needs 'prefill' and 'decode'; missing {missing}; "
                             f"received keys {sorted(data)}")
+        recipe = data.get("recipe")
+        if recipe is not None:
+            from dispatch.generation.weights import WeightRecipe
+
+            WeightRecipe.from_dict(recipe)  # checked: a plan that cannot rebuild its variant fails here
+        precision = data.get("precision", "float32")
+        if not isinstance(precision, str) or (precision != "float32") != (recipe is not None):
+            raise PlanError(f"a generation plan's precision is 'float32' without a recipe or a "
+                            f"variant's name with its recipe; received precision {precision!r} and "
+                            f"recipe {recipe!r}")
         return cls(StepChoice.from_dict(data["prefill"]), StepChoice.from_dict(data["decode"]),
                    dict(data.get("why") or {}), dict(data.get("measured") or {}),
-                   dict(data.get("notes") or {}))
+                   dict(data.get("notes") or {}), precision,
+                   dict(recipe) if recipe is not None else None, dict(data.get("accuracy") or {}))
 
     def describe(self) -> str:
         lines = [f"prompt: {self.prefill.label()}" + (f"  ({self.why['prefill']})"
                                                        if self.why.get("prefill") else ""),
                  f"token steps: {self.decode.label()}" + (f"  ({self.why['decode']})"
                                                            if self.why.get("decode") else "")]
+        if self.recipe is not None:
+            lines.append(f"weights: {self.precision}" + (f" ({self.accuracy['describe']})"
+                                                         if self.accuracy.get("describe") else ""))
         if self.split:
             lines.append("the prompt's key/value cache is handed to the steps' way in place (one "
                          "cache, no copy)")
         for label, fig in self.measured.items():
             if "rejected" in fig:
                 lines.append(f"  {label}: rejected: {fig['rejected']}")
+            elif "accuracy" in fig:
+                acc = fig["accuracy"]
+                lines.append(f"  {label}: within budget: teacher-forced tokens {acc['tokens']}, "
+                             f"prefix {acc['prefix']}, worst cosine {acc['cosine']}")
+            elif "prefill_ms" not in fig:
+                continue
             else:
                 lines.append(f"  {label}: prompt {fig['prefill_ms']:.2f} ms, step "
                              f"{fig['step_ms']:.3f} ms ({fig['tokens_per_s']:.1f} tokens/s)")

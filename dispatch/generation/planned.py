@@ -6,6 +6,10 @@ ways are built once, both write their presents into one
 :class:`~dispatch.generation.kv_cache.KVCache`, and the runner hands each call to the prompt's
 way when the sequence is empty, to the steps' way after: the prompt's cache becomes the steps'
 past in place, nothing copied.
+
+A plan of reduced-precision weights (``plan.recipe``) runs on the variant file
+(:mod:`dispatch.generation.weights`): the cached one, or one made again from the recipe when the
+cache lost it.
 """
 
 from __future__ import annotations
@@ -72,9 +76,19 @@ def split_way(prompt: StepChoice, steps: StepChoice, registry: Any = None) -> St
 
 
 def planned_generator(model: Any, plan: GenerationPlan, *, max_length: int = DEFAULT_MAX_LENGTH,
-                      registry: Any = None, io: DecoderIO | None = None) -> Generator:
-    """A generator running ``plan``'s ways on the decoder ``model``."""
+                      registry: Any = None, io: DecoderIO | None = None, digest: str | None = None,
+                      variant_folder: Any = None) -> Generator:
+    """A generator running ``plan``'s ways on the decoder ``model`` (a path), or on its
+    weight-reduced variant when the plan names one (``digest``: the model file's sha256 when
+    known; ``variant_folder``: the variant cache, default
+    :func:`~dispatch.generation.weights.variant_folder`)."""
     io = io or read_decoder(model)
+    if plan.recipe is not None:
+        from dispatch.generation.weights import WeightRecipe, ensure_variant
+
+        variant, _made = ensure_variant(io.path, WeightRecipe.from_dict(plan.recipe), digest=digest,
+                                        folder=variant_folder)
+        io = read_decoder(str(variant))
     if not plan.split:
         return Generator(io.path, step_way(plan.decode.way, registry), max_length=max_length,
                          threads=plan.decode.threads, io=io)
