@@ -48,8 +48,8 @@ TOLERANCE: dict[str, tuple[float, float]] = {
     # threads quantizes each thread's share of the batch on its own (measured with onnxruntime
     # 1.32, 2 threads, batch 2: each row alone matches to 3e-7), the reference the whole batch
     # as onnxruntime does on one thread; a value one quantization step apart is carried through
-    # the recurrence (measured 3.2e-3 of outputs ~0.8 over 25 steps)
-    "com.microsoft::DynamicQuantizeLSTM": (1e-2, 1e-2),
+    # the recurrence (measured up to 1.24e-2 at an output of 0.099, batch 3, 2 threads, 6 steps)
+    "com.microsoft::DynamicQuantizeLSTM": (3e-2, 3e-2),
     "com.microsoft::EmbedLayerNormalization": (1e-3, 1e-4),
     # sums of products like Conv / MatMul, normalisations like LayerNormalization (a
     # variance of 0, one element per group, scales rounding errors by 1 / sqrt(epsilon))

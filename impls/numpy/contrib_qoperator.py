@@ -21,13 +21,17 @@ rounded half to even and saturated to the output type:
   (a difference of 1 quantization step; dispatch.compare.QUANTIZED_STEPS allows it).
 - ``QLinearConcat``: each input requantized to Y's scale and zero point by such a table (copied
   where its scale and zero point are Y's), then concatenated along ``axis``.
+- ``QGemm``: ``C + (A - a_zero) (B - b_zero)`` (transposed as transA / transB say) in exact
+  integers times ``a_scale * b_scale * alpha`` in float32 (b_scale / b_zero_point per tensor or
+  per column): the float result, or ``rint(that / y_scale) + y_zero`` with y_scale.
 - ``QLinearGlobalAveragePool``: the integer sum over the spatial axes (channels first, or last
   with ``channels_last``), ``rint((sum - x_zero * size) * (x_scale / (y_scale * size))) + y_zero``.
 
 Forms not covered (per-channel scales, QLinearConcat's float inputs...) are refused by the
 kernel's ``supports`` with what was received and what is covered: such a node runs on
-onnxruntime. ``QAttention`` is in :mod:`impls.numpy.contrib_qattention`, ``DynamicQuantizeLSTM``
-in :mod:`impls.numpy.contrib_qrecurrent`.
+onnxruntime. ``QLinearAveragePool`` has no reference here (onnxruntime runs it). ``QAttention``
+is in :mod:`impls.numpy.contrib_qattention`, ``DynamicQuantizeLSTM`` in
+:mod:`impls.numpy.contrib_qrecurrent`.
 """
 
 from __future__ import annotations
@@ -272,5 +276,57 @@ def ms_qlinear_global_average_pool(node: Node) -> Kernel:
             scale = scalar(x_scale) / (scalar(y_scale) * np.float32(size))
             v = total.astype(np.float32) * scale
         return np.ascontiguousarray(saturate(v, scalar(y_zero), x.dtype))
+
+    return run
+
+
+# -- QGemm -------------------------------------------------------------------------------------------
+
+
+def _qgemm_reason(node: Node) -> str | None:
+    for k, name in ((0, "A"), (3, "B")):
+        v = node.input(k)
+        if v is not None and v.shape is not None and len(v.shape) != 2:
+            return f"QGemm with {name} of shape {list(v.shape)}: supported is 2-D"
+    b = node.input(3)
+    n = None
+    if b is not None and b.shape is not None and isinstance(b.shape[0], int):
+        n = b.shape[0] if int(node.attr("transB", 0)) else b.shape[1]
+    for k, name in ((4, "b_scale"), (5, "b_zero_point")):
+        v = node.input(k)
+        if v is not None and v.shape is not None and math.prod(int(d) if isinstance(d, int) else 2
+                                                               for d in v.shape) not in (1, n):
+            return (f"QGemm with {name} of shape {list(v.shape)}: supported are one value or one per column "
+                    f"of B ({n})")
+    names = {1: "a_scale", 2: "a_zero_point", 7: "y_scale", 8: "y_zero_point"}
+    return first_reason(check_dtypes(node, QTYPES, (0, 2), same=True),
+                        check_dtypes(node, QTYPES, (3, 5), same=True),
+                        check_dtypes(node, frozenset({"int32"}), (6,)),
+                        per_tensor_reason(node, (1, 2, 7, 8), names))
+
+
+@impls.register("QGemm", "ms_int32", domain=MS_DOMAIN, priority=Priority.DEFAULT, supports=_qgemm_reason)
+def ms_qgemm(node: Node) -> Kernel:
+    """com.microsoft QGemm: ``C + (A - a_zero) (B - b_zero)`` in exact integers, times ``alpha *
+    a_scale * b_scale`` (float32): the float result, or it requantized by y_scale / y_zero_point."""
+    alpha = np.float32(node.attr("alpha", 1.0))
+    trans_a, trans_b = bool(int(node.attr("transA", 0))), bool(int(node.attr("transB", 0)))
+
+    def run(a: np.ndarray, a_scale: np.ndarray, a_zero: np.ndarray, b: np.ndarray, b_scale: np.ndarray,
+            b_zero: np.ndarray, c: np.ndarray | None = None, y_scale: np.ndarray | None = None,
+            y_zero: np.ndarray | None = None) -> np.ndarray:
+        a2 = a.T if trans_a else a
+        b2 = b.T if trans_b else b
+        acc = np.matmul(a2.astype(np.int64) - int(scalar(a_zero)),
+                        b2.astype(np.int64) - b_zero.astype(np.int64).reshape(-1))
+        if c is not None:
+            acc = acc + c.astype(np.int64)
+        scale = (scalar(a_scale) * b_scale.astype(np.float32).reshape(-1)) * alpha
+        if y_scale is None:
+            return np.ascontiguousarray((acc.astype(np.float32) * scale).astype(np.float32))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            multiplier = (scale / scalar(y_scale)).astype(np.float32)
+        dtype = y_zero.dtype if y_zero is not None else a.dtype
+        return np.ascontiguousarray(saturate(acc.astype(np.float32) * multiplier, scalar(y_zero), dtype))
 
     return run

@@ -111,6 +111,10 @@ def _contrib_reason(node: Node) -> str | None:
     if node.key_op == "com.microsoft::EmbedLayerNormalization" and len(node.outputs) < 2:
         return ("never offered to onnxruntime: its EmbedLayerNormalization without the mask_index output "
                 "fails onnxruntime 1.32's type inference (output index 1 is out of range)")
+    if node.key_op == "com.microsoft::QGemm":
+        a, b = node.input(0), node.input(3)
+        if a is not None and b is not None and a.dtype == np.dtype(np.int8) and b.dtype == np.dtype(np.uint8):
+            return "never offered to onnxruntime: onnxruntime 1.32 has no QGemm kernel for int8 A and uint8 B"
     if node.key_op in ("com.microsoft::QLinearAdd", "com.microsoft::QLinearMul") and any(
             node.input(k) is None for k in (2, 5, 7)):
         return (f"never offered to onnxruntime: its {node.op_type} with an omitted zero point fails "

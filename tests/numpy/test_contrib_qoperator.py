@@ -134,6 +134,45 @@ def test_refused_forms_name_what_they_received(op, inputs, match):
         run_ours(model, feeds_of(model, inputs))
 
 
+@pytest.mark.parametrize("a_type,b_type", [(np.uint8, np.int8), (np.uint8, np.uint8), (np.int8, np.int8)])
+@pytest.mark.parametrize("trans", [(0, 0), (1, 1), (0, 1)])
+@pytest.mark.parametrize("per_column", [False, True])
+@pytest.mark.parametrize("quantized_output", [False, True])
+def test_qgemm(a_type, b_type, trans, per_column, quantized_output):
+    """Equal to onnxruntime (float or quantized Y, C, alpha, transposes, per-column weights)."""
+    m, k, n = 5, 16, 7
+    ta, tb = trans
+    shape = (n,) if per_column else ()
+    inputs = [("A", ints((k, m) if ta else (m, k), a_type)), ("a_scale", f32(0.03)),
+              ("a_zero_point", zp(a_type)),
+              ("B", ints((n, k) if tb else (k, n), b_type)),
+              ("b_scale", np.asarray(RNG.uniform(0.001, 0.02, shape), np.float32)),
+              ("b_zero_point", ints(shape, b_type)), ("C", RNG.integers(-1000, 1000, (n,)).astype(np.int32)),
+              ("y_scale", f32(0.5) if quantized_output else None),
+              ("y_zero_point", zp(a_type) if quantized_output else None)]
+    model = one_node_model("QGemm", inputs, ["Y"], {"transA": ta, "transB": tb, "alpha": 0.5},
+                           const=("B", "b_scale", "b_zero_point", "C"))
+    feeds = feeds_of(model, inputs)
+    (ours,), (theirs,) = run_ours(model, feeds), run_ort(model, feeds)
+    assert ours.dtype == theirs.dtype and ours.shape == theirs.shape
+    np.testing.assert_array_equal(ours, theirs)
+
+
+def test_qgemm_int8_a_uint8_b_runs_on_the_reference():
+    """onnxruntime 1.32 has no QGemm kernel for int8 A and uint8 B: its regions refuse the node."""
+    from dispatch.onnx_import import import_model
+    from impls.onnxruntime.region import node_reason
+
+    inputs = [("A", ints((3, 4), np.int8)), ("a_scale", f32(0.03)), ("a_zero_point", zp(np.int8)),
+              ("B", ints((4, 2), np.uint8)), ("b_scale", f32(0.01)), ("b_zero_point", zp(np.uint8))]
+    model = one_node_model("QGemm", inputs, ["Y"], const=("B", "b_scale", "b_zero_point"))
+    assert "no QGemm kernel for int8 A and uint8 B" in (node_reason(import_model(model).nodes[0]) or "")
+    (y,) = run_ours(model, feeds_of(model, inputs), backends=None)
+    a = inputs[0][1].astype(np.int64) - int(inputs[2][1])
+    b = inputs[3][1].astype(np.int64) - int(inputs[5][1])
+    np.testing.assert_allclose(y, (a @ b) * np.float32(0.03) * np.float32(0.01), rtol=1e-6)
+
+
 # -- QAttention --------------------------------------------------------------------------------------
 
 
@@ -279,7 +318,9 @@ def lstm_model(direction: str, peepholes: bool) -> onnx.ModelProto:
 @pytest.mark.parametrize("peepholes", [False, True])
 def test_quantize_dynamic_lstm(tmp_path, direction, weight_type, peepholes):
     """quantize_dynamic of an LSTM: a DynamicQuantizeLSTM that loads in a default Session and
-    matches onnxruntime (on one thread: within 1e-5; see impls/numpy/contrib_qrecurrent.py)."""
+    matches onnxruntime: the reference within 1e-5 of onnxruntime on one thread; a default
+    Session (onnxruntime regions on several threads, which quantize each thread's share of the
+    batch apart) within dispatch.compare's 3e-2 (see impls/numpy/contrib_qrecurrent.py)."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     out = str(tmp_path / "q.onnx")
@@ -293,7 +334,7 @@ def test_quantize_dynamic_lstm(tmp_path, direction, weight_type, peepholes):
         if peepholes:
             feeds.update(h0=rand(nd, batch, 16) * 0.5, c0=rand(nd, batch, 16) * 0.5)
         _compare(model, feeds, ["numpy"], 1e-5, 1e-5)
-        _compare(model, feeds, None, 1e-2, 1e-2)
+        _compare(model, feeds, None, 3e-2, 3e-2)
 
 
 def test_dynamic_quantize_lstm_sequence_lens_is_refused():
