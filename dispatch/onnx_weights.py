@@ -56,8 +56,14 @@ _TYPED_FIELDS = ("float_data", "int32_data", "string_data", "int64_data", "doubl
                  "uint64_data")
 
 
+#: the data types packing two elements per byte (raw_data and int32_data alike), low nibble first
+PACKED_4BIT = frozenset(getattr(onnx.TensorProto, n) for n in ("INT4", "UINT4", "FLOAT4E2M1")
+                        if hasattr(onnx.TensorProto, n))
+
+
 def check_weight_size(t: onnx.TensorProto) -> None:
-    """Raise when initializer ``t`` holds another number of elements than its dims claim."""
+    """Raise when initializer ``t`` holds another number of elements than its dims claim
+    (4-bit types hold two a byte: ``ceil(count / 2)`` bytes, or as many int32_data values)."""
     if t.data_location == onnx.TensorProto.EXTERNAL:
         return  # read_model loaded it, or numpy_helper says what is missing
     count = math.prod(t.dims)
@@ -66,7 +72,8 @@ def check_weight_size(t: onnx.TensorProto) -> None:
     except (KeyError, ValueError, TypeError):
         return  # an unknown type: the import says so
     if t.raw_data:
-        have, want = len(t.raw_data), count * itemsize
+        have = len(t.raw_data)
+        want = -(-count // 2) if t.data_type in PACKED_4BIT else count * itemsize
         if have != want and t.data_type != onnx.TensorProto.STRING:
             raise ModelLoadError(
                 f"initializer {t.name!r} claims shape {list(t.dims)} ({want:,} bytes of "
@@ -76,6 +83,8 @@ def check_weight_size(t: onnx.TensorProto) -> None:
                 f"raw_data holds {have:,} bytes")
         return
     held = max(len(getattr(t, f)) for f in _TYPED_FIELDS)
+    if t.data_type in PACKED_4BIT:
+        count = -(-count // 2)
     if held and held < count:
         raise ModelLoadError(
             f"initializer {t.name!r} claims shape {list(t.dims)} ({count:,} elements), but "

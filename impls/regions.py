@@ -233,7 +233,8 @@ def region_model(region: FusedNode, external: dict[str, np.ndarray] | None = Non
             if arr.size > WEIGHT_ELEMENTS:
                 stand_ins.append(helper.make_tensor_value_info(
                     v.name, helper.np_dtype_to_tensor_dtype(arr.dtype), list(arr.shape)))
-            if external is not None and arr.size > WEIGHT_ELEMENTS:
+            # 4-bit weights (two a byte) go in the model: onnxruntime makes no OrtValue of them
+            if external is not None and arr.size > WEIGHT_ELEMENTS and not _packed_4bit(arr.dtype):
                 external[v.name] = np.ascontiguousarray(arr)
                 inits[v.name] = _external_initializer(v.name, arr)
             else:
@@ -283,6 +284,18 @@ def region_model(region: FusedNode, external: dict[str, np.ndarray] | None = Non
         onnx.checker.check_model(model(inputs + stand_ins,
                                        [t for name, t in inits.items() if name not in large]))
     return model(inputs, list(inits.values()))
+
+
+def _packed_4bit(dtype: np.dtype) -> bool:
+    """Whether ``dtype`` is one of ONNX's 4-bit types (ml_dtypes' int4, uint4, float4_e2m1fn)."""
+    from onnx import helper
+
+    from dispatch.onnx_weights import PACKED_4BIT
+
+    try:
+        return helper.np_dtype_to_tensor_dtype(np.dtype(dtype)) in PACKED_4BIT
+    except (KeyError, ValueError, TypeError):
+        return False
 
 
 def _external_initializer(name: str, arr: np.ndarray):

@@ -2,14 +2,15 @@
 QOperator formats of onnxruntime's and NNCF's tools) are made of.
 
 - ``QuantizeLinear`` / ``DequantizeLinear``: per tensor, per axis (opset 13) and blocked
-  (opset 21) scales; 8- and 16-bit integers (DequantizeLinear also reads int32).
+  (opset 21) scales; 8- and 16-bit integers (DequantizeLinear also reads int32 and the 4-bit
+  int4 / uint4 weights of QDQ models, unpacked by onnx's ml_dtypes arrays).
 - ``DynamicQuantizeLinear``: per-tensor uint8 with the range widened to include 0.
 - ``MatMulInteger``: integer products accumulated in int32, zero points per tensor or per row
   of A / column of B.
 - ``QLinearMatMul``: dequantized product, requantized to the output's scale and zero point.
 
 The arithmetic is :mod:`layouts.precision`'s, which the ``u8`` layout's converters use too.
-float8 and 4-bit types are not supported (numpy has no such dtypes); ``supports()`` says so.
+float8 types, and 4-bit outputs of QuantizeLinear, are not supported; ``supports()`` says so.
 """
 
 from __future__ import annotations
@@ -78,11 +79,15 @@ def quantize_linear_rint(node: Node) -> Kernel:
     return run
 
 
+#: the types DequantizeLinear reads: 4-bit ones as ml_dtypes' arrays (onnx's numpy_helper)
+_DEQUANTIZED = (*QUANT_RANGES, "int32", "int4", "uint4")
+
+
 def _supports_dequantize(node: Node) -> str | None:
     x = _dtype(node.input(0))
-    if x is not None and x not in (*QUANT_RANGES, "int32"):
-        return (f"DequantizeLinear reads {', '.join((*QUANT_RANGES, 'int32'))}, received {x} "
-                "(float8 and 4-bit types: numpy has none)")
+    if x is not None and x not in _DEQUANTIZED:
+        return (f"DequantizeLinear reads {', '.join(_DEQUANTIZED)}, received {x} "
+                "(float8 types: numpy has none)")
     if node.input(1) is None:
         return "DequantizeLinear needs its scale (input 1)"
     scale = _dtype(node.input(1))
