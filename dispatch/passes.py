@@ -28,7 +28,7 @@ from dispatch.shape_folding import evaluate, evaluation_impl, fill_node, fill_sh
 
 __all__ = [  # evaluate, evaluation_impl and fill_shapes live in dispatch.shape_folding
     "check_nodes", "evaluate", "evaluation_impl", "fill_shapes", "fold_batchnorm",
-    "fold_constants", "remove_noops", "replace_uses", "simplify",
+    "fold_constants", "is_weight_dequantize", "remove_noops", "replace_uses", "simplify",
 ]
 
 #: operators never folded: their result differs from run to run
@@ -62,6 +62,17 @@ def _bypass(graph: Graph, node: Node, src: Value, dst: Value) -> bool:
     return True
 
 
+def is_weight_dequantize(node: Node) -> bool:
+    """Whether ``node`` dequantizes a constant quantized tensor (a QDQ model's weight,
+    ``weight_q -> DequantizeLinear -> consumer``). Constant folding keeps it, as onnxruntime's
+    own does: folded to float, the weight would hide the QDQ pattern from the regions (no
+    QLinearConv / QGemm / MatMulNBits in onnxruntime) and change their results by a
+    quantization step. The numpy reference dequantizes it at run time."""
+    return (node.op_type == "DequantizeLinear" and node.domain in ("", "ai.onnx", "com.microsoft")
+            and all(v is None or v.is_const for v in node.inputs)
+            and node.input(0) is not None)
+
+
 def fold_constants(graph: Graph, registry: Registry, *, fill: bool = True) -> int:
     """Replace nodes computable at load time by constants; returns how many were folded.
 
@@ -80,6 +91,8 @@ def fold_constants(graph: Graph, registry: Registry, *, fill: bool = True) -> in
             src = node.input(0)
             if src is not None and src.shape is not None:
                 result = [_shape_or_size(node, src.shape)]
+        elif is_weight_dequantize(node):
+            pass  # a QDQ weight stays quantized: the regions see the pattern the tool wrote
         elif all(v is None or v.is_const for v in node.inputs):
             sizes = [o.nbytes for o in node.outputs]
             predicted = _predicted_bytes(node)
