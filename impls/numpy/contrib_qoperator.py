@@ -21,6 +21,10 @@ rounded half to even and saturated to the output type:
   (a difference of 1 quantization step; dispatch.compare.QUANTIZED_STEPS allows it).
 - ``QLinearConcat``: each input requantized to Y's scale and zero point by such a table (copied
   where its scale and zero point are Y's), then concatenated along ``axis``.
+- ``QLinearAveragePool``: ONNX's AveragePool (the same window attributes; channels first or,
+  ``channels_last``, last) of ``(X - x_zero) * x_scale`` in float32, then ``rint(y / y_scale) +
+  y_zero``: onnxruntime sums in another order, a value may fall on the other side of a half (one
+  step; measured with onnxruntime 1.32: up to 9 of 252 outputs with pads or ceil_mode).
 - ``QGemm``: ``C + (A - a_zero) (B - b_zero)`` (transposed as transA / transB say) in exact
   integers times ``a_scale * b_scale * alpha`` in float32 (b_scale / b_zero_point per tensor or
   per column): the float result, or ``rint(that / y_scale) + y_zero`` with y_scale.
@@ -29,7 +33,7 @@ rounded half to even and saturated to the output type:
 
 Forms not covered (per-channel scales, QLinearConcat's float inputs...) are refused by the
 kernel's ``supports`` with what was received and what is covered: such a node runs on
-onnxruntime. ``QLinearAveragePool`` has no reference here (onnxruntime runs it). ``QAttention``
+onnxruntime. ``QAttention``
 is in :mod:`impls.numpy.contrib_qattention`, ``DynamicQuantizeLSTM`` in
 :mod:`impls.numpy.contrib_qrecurrent`.
 """
@@ -45,7 +49,9 @@ import numpy as np
 from dispatch.graph import Node
 from dispatch.registry import Priority
 from impls.numpy.contrib_activations import MS_DOMAIN
+from impls.numpy.conv import window_reason
 from impls.numpy.misc import check_dtypes, first_reason
+from impls.numpy.pool import avgpool_reduce
 from impls.numpy.table import impls
 
 Kernel = Callable[..., Any]
@@ -328,5 +334,45 @@ def ms_qgemm(node: Node) -> Kernel:
             multiplier = (scale / scalar(y_scale)).astype(np.float32)
         dtype = y_zero.dtype if y_zero is not None else a.dtype
         return np.ascontiguousarray(saturate(acc.astype(np.float32) * multiplier, scalar(y_zero), dtype))
+
+    return run
+
+
+# -- QLinearAveragePool --------------------------------------------------------------------------------
+
+
+def _average_pool_reason(node: Node) -> str | None:
+    x = node.input(0)
+    if x is not None and x.shape is not None and len(x.shape) < 3:
+        return (f"QLinearAveragePool with X of shape {list(x.shape)}: supported are 3-D and more (N, C, "
+                f"spatial...) or, channels_last, (N, spatial..., C)")
+    kernel = node.attr("kernel_shape")
+    if kernel is None or any(int(k) < 1 for k in kernel):
+        return f"QLinearAveragePool with kernel_shape={kernel}: supported are positive sizes"
+    names = {1: "x_scale", 2: "x_zero_point", 3: "y_scale", 4: "y_zero_point"}
+    return first_reason(check_dtypes(node, QTYPES, (0, 2, 4), same=True),
+                        check_dtypes(node, frozenset({"float32"}), (1, 3)),
+                        per_tensor_reason(node, (1, 2, 3, 4), names),
+                        window_reason(node, len(kernel)))
+
+
+@impls.register("QLinearAveragePool", "ms_float32", domain=MS_DOMAIN, priority=Priority.DEFAULT,
+                supports=_average_pool_reason)
+def ms_qlinear_average_pool(node: Node) -> Kernel:
+    """com.microsoft QLinearAveragePool: AveragePool (:mod:`impls.numpy.pool`, the same window
+    attributes) of the dequantized X in float32, requantized."""
+    pool = avgpool_reduce(node)
+    last = bool(int(node.attr("channels_last", 0)))
+
+    def run(x: np.ndarray, x_scale: np.ndarray, x_zero: np.ndarray | None, y_scale: np.ndarray,
+            y_zero: np.ndarray | None = None) -> np.ndarray:
+        xf = (x.astype(np.float32) - scalar(x_zero)) * scalar(x_scale)
+        if last:
+            xf = np.moveaxis(xf, -1, 1)
+        y = pool(np.ascontiguousarray(xf))
+        if last:
+            y = np.moveaxis(y, 1, -1)
+        zero_dtype = y_zero.dtype if y_zero is not None else x.dtype
+        return np.ascontiguousarray(quantize(y, scalar(y_scale), scalar(y_zero), zero_dtype))
 
     return run

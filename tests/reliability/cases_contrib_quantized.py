@@ -21,7 +21,7 @@ from tests.reliability.cases_contrib import MS, _done, _key, _seq_shapes
 from tests.reliability.numerics_cases import Build, Case, _sname, act_shapes, builder, gemm_shapes
 
 _QOPS = ("QLinearAdd", "QLinearMul", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearConcat",
-         "QLinearGlobalAveragePool", "QGemm")
+         "QLinearGlobalAveragePool", "QLinearAveragePool", "QGemm")
 
 #: Documented differences (merged into test_edge_numerics' DIFFERENCES): (implementation glob,
 #: op glob, edge glob) -> (the Tolerance's fields, why).
@@ -75,6 +75,10 @@ def qlinear_cases(key: str, edge: str) -> list[Case]:
             inputs = [*_qparams(b, 0.05, dtype), x, *_qparams(b, 0.05, dtype), other,
                       *_qparams(b, 0.03, dtype)]
             out.append(_done(b, b.op_(op, inputs, domain=MS, axis=1)))
+        elif op == "QLinearAveragePool":
+            inputs = [x, *_qparams(b, 0.05, dtype), *_qparams(b, 0.03, dtype)]
+            out.append(_done(b, b.op_(op, inputs, domain=MS, kernel_shape=[min(h, 3), min(w, 2)],
+                                      pads=[1, 0, 1, 0] if h > 1 else [0, 0, 0, 0], count_include_pad=k % 2)))
         else:
             inputs = [x, *_qparams(b, 0.05, dtype), *_qparams(b, 0.03, dtype)]
             out.append(_done(b, b.op_(op, inputs, domain=MS, channels_last=k % 2)))
@@ -176,6 +180,19 @@ def _qpool(node: Node, x, sx, zx, sy, zy) -> np.ndarray:
     return _requantize(_deq(x, sx, zx).mean(axis=axes, keepdims=True), sy, zy)
 
 
+def _qavgpool(node: Node, x, sx, zx, sy, zy) -> np.ndarray:
+    kh, kw = (int(k) for k in node.attr("kernel_shape"))
+    top, left, bottom, right = (int(p) for p in node.attr("pads"))
+    v = _deq(x, sx, zx)
+    padded = np.pad(v, ((0, 0), (0, 0), (top, bottom), (left, right)))
+    inside = np.pad(np.ones(v.shape[2:]), ((top, bottom), (left, right)))
+    oh, ow = padded.shape[2] - kh + 1, padded.shape[3] - kw + 1
+    total = sum(padded[:, :, a:a + oh, c:c + ow] for a in range(kh) for c in range(kw))
+    count = (np.full((oh, ow), kh * kw) if node.attr("count_include_pad", 0)
+             else sum(inside[a:a + oh, c:c + ow] for a in range(kh) for c in range(kw)))
+    return _requantize(total / count, sy, zy)
+
+
 def _qgemm(node: Node, a, sa, za, b, sb, zb, c, *y) -> np.ndarray:
     w = b.T if node.attr("transB", 0) else b
     acc = (a.astype(np.float64) - float(za)) @ (w.astype(np.float64) - zb.astype(np.float64)) + c
@@ -242,6 +259,7 @@ ORACLES: dict[str, Callable[..., np.ndarray]] = {
     _key("QLinearLeakyRelu"): _qunary,
     _key("QLinearConcat"): _qconcat,
     _key("QLinearGlobalAveragePool"): _qpool,
+    _key("QLinearAveragePool"): _qavgpool,
     _key("QGemm"): _qgemm,
     _key("QAttention"): _qattention,
     _key("DynamicQuantizeLSTM"): _dq_lstm,
