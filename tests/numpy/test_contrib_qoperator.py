@@ -334,7 +334,8 @@ def lstm_model(direction: str, peepholes: bool) -> onnx.ModelProto:
 @pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
 @pytest.mark.parametrize("weight_type", ["QInt8", "QUInt8"])
 @pytest.mark.parametrize("peepholes", [False, True])
-def test_quantize_dynamic_lstm(tmp_path, direction, weight_type, peepholes):
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_quantize_dynamic_lstm(tmp_path, direction, weight_type, peepholes, per_channel):
     """quantize_dynamic of an LSTM: a DynamicQuantizeLSTM that loads in a default Session and
     matches onnxruntime: the reference within 1e-5 of onnxruntime on one thread; a default
     Session (onnxruntime regions on several threads, which quantize each thread's share of the
@@ -343,7 +344,8 @@ def test_quantize_dynamic_lstm(tmp_path, direction, weight_type, peepholes):
 
     out = str(tmp_path / "q.onnx")
     quantize_dynamic(_save(lstm_model(direction, peepholes), tmp_path, "f.onnx"), out,
-                     weight_type=getattr(QuantType, weight_type), op_types_to_quantize=["LSTM"])
+                     weight_type=getattr(QuantType, weight_type), op_types_to_quantize=["LSTM"],
+                     per_channel=per_channel)
     model = onnx.load(out)
     assert [nd.op_type for nd in model.graph.node] == ["DynamicQuantizeLSTM"]
     nd = 2 if direction == "bidirectional" else 1
@@ -389,13 +391,15 @@ def bert_attention_model(hidden: int = 32, heads: int = 4) -> onnx.ModelProto:
 
 
 @pytest.mark.parametrize("weight_type", ["QInt8", "QUInt8"])
-def test_quantize_dynamic_bert_attention(tmp_path, weight_type):
-    """quantize_dynamic of a BERT-style Attention: DynamicQuantizeLinear then QAttention."""
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_quantize_dynamic_bert_attention(tmp_path, weight_type, per_channel):
+    """quantize_dynamic of a BERT-style Attention: DynamicQuantizeLinear then QAttention (weight
+    scales per tensor or per column)."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     out = str(tmp_path / "q.onnx")
     quantize_dynamic(_save(bert_attention_model(), tmp_path, "f.onnx"), out,
-                     weight_type=getattr(QuantType, weight_type))
+                     weight_type=getattr(QuantType, weight_type), per_channel=per_channel)
     model = onnx.load(out)
     assert "QAttention" in {nd.op_type for nd in model.graph.node}
     for mask in (np.array([5, 3], np.int32), np.array([5, 5], np.int32)):
