@@ -111,6 +111,10 @@ def _contrib_reason(node: Node) -> str | None:
     if node.key_op == "com.microsoft::EmbedLayerNormalization" and len(node.outputs) < 2:
         return ("never offered to onnxruntime: its EmbedLayerNormalization without the mask_index output "
                 "fails onnxruntime 1.32's type inference (output index 1 is out of range)")
+    if node.key_op == "com.microsoft::QAttention":
+        x = node.input(0)
+        if x is not None and x.dtype == np.dtype(np.int8):
+            return "never offered to onnxruntime: onnxruntime 1.32 has no QAttention kernel for an int8 input"
     if node.key_op == "com.microsoft::QGemm":
         a, b = node.input(0), node.input(3)
         if a is not None and b is not None and a.dtype == np.dtype(np.int8) and b.dtype == np.dtype(np.uint8):

@@ -242,6 +242,24 @@ def test_qattention_past_and_present():
                 ["y", "present"], {"num_heads": 2, "scale": 0.3}, QA_CONST)
 
 
+def test_qattention_int8_input_runs_on_the_reference():
+    """onnxruntime 1.32 has no QAttention kernel for an int8 input: its regions refuse the node,
+    and the reference equals the uint8 form shifted by 128 (the same dequantized input)."""
+    from dispatch.onnx_import import import_model
+    from impls.onnxruntime.region import node_reason
+
+    unsigned = qattention_inputs(2, 5, 8, np.int8, False)
+    signed = list(unsigned)
+    signed[0] = ("input", (unsigned[0][1].astype(np.int16) - 128).astype(np.int8))
+    signed[6] = ("input_zero_point", np.asarray(int(unsigned[6][1]) - 128, np.int8))
+    model = one_node_model("QAttention", signed, ["y"], {"num_heads": 2}, const=QA_CONST)
+    assert "no QAttention kernel for an int8 input" in (node_reason(import_model(model).nodes[0]) or "")
+    (ours,) = run_ours(model, feeds_of(model, signed), backends=None)
+    reference = one_node_model("QAttention", unsigned, ["y"], {"num_heads": 2}, const=QA_CONST)
+    (theirs,) = run_ort(reference, feeds_of(reference, unsigned))
+    np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-4 * float(np.abs(theirs).max()))
+
+
 def test_qattention_do_rotary_is_refused():
     from dispatch.errors import OpDispatchError
 
