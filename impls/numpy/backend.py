@@ -40,6 +40,7 @@ MODULES = (
     "control_flow",
     "recurrent",
     "quantize",
+    "conv_quantized",
     "contrib_activations",
     "contrib_normalization",
     "contrib_matmul",
