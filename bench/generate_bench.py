@@ -16,7 +16,12 @@ Each way is one ``opdispatch run MODEL --generate N --prompt-len P --json FILE``
 * ``onnxruntime``: onnxruntime's plain ``run``, presents fed back as pasts (every user's first
   loop);
 * ``openvino-stateful``: OpenVINO with the cache inside the compiled model as state;
-* ``openvino``: OpenVINO on shared-memory tensors.
+* ``openvino``: OpenVINO on shared-memory tensors;
+* optional, with ``--ways``: the external anchors of :mod:`bench.generation_anchors` on the same
+  weights (``genai-fp32``, ``genai-int4``: onnxruntime-genai's model builder, Llama-style only;
+  ``llama-cpp-f32``, ``llama-cpp-q8_0``, ``llama-cpp-q4_0``: llama.cpp through llama-cpp-python),
+  the family taken from the model's name (``gpt2.onnx``, ``llama.onnx``); they need
+  ``pip install -r bench/requirements-anchors.txt``.
 
 Prints, per way, the medians over the rounds of the prompt's time, the time to the first token,
 tokens/s of the steps, the ratios to onnxruntime with IO binding and to OpenVINO's faster way,
@@ -39,6 +44,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_MODEL = Path.home() / ".cache" / "opdispatch" / "bench-models" / "decoders" / "gpt2.onnx"
 WAYS = ("plan", "onnxruntime-iobinding", "onnxruntime", "openvino-stateful", "openvino")
+#: optional ways (bench/generation_anchors.py): way -> (anchor, precision)
+ANCHOR_WAYS = {"genai-fp32": ("genai", "fp32"), "genai-int4": ("genai", "int4"),
+               "llama-cpp-f32": ("llama-cpp", "f32"), "llama-cpp-q8_0": ("llama-cpp", "q8_0"),
+               "llama-cpp-q4_0": ("llama-cpp", "q4_0")}
 
 
 def _cpu() -> str:
@@ -65,6 +74,11 @@ def generate_once(way: str, model: Path, store: Path, new_tokens: int, prompt_le
                "--prompt-len", str(prompt_len), "--runs", str(runs), "--store", str(store),
                "--json", str(out)]
         cmd += ["--require-plan", *extra] if way == "plan" else ["--library", way]
+        if way in ANCHOR_WAYS:  # the same weights through onnxruntime-genai or llama.cpp
+            anchor, precision = ANCHOR_WAYS[way]
+            cmd = [sys.executable, str(ROOT / "bench" / "generation_anchors.py"), anchor, "--family",
+                   model.stem, "--precision", precision, "--generate", str(new_tokens),
+                   "--prompt-len", str(prompt_len), "--runs", str(runs), "--json", str(out)]
         proc = _run(cmd)
         if proc.returncode != 0:
             raise RuntimeError(f"{way}: exit {proc.returncode}: {proc.stderr[-2000:]}")
@@ -115,9 +129,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"{args.model} does not exist: run python tests/models/decoders/make_decoders.py "
                      f"--bench first")
     ways = [w.strip() for w in args.ways.split(",") if w.strip()]
-    unknown = sorted(set(ways) - set(WAYS))
+    unknown = sorted(set(ways) - set(WAYS) - set(ANCHOR_WAYS))
     if unknown:
-        parser.error(f"unknown ways {unknown}; known: {', '.join(WAYS)}")
+        parser.error(f"unknown ways {unknown}; known: {', '.join([*WAYS, *ANCHOR_WAYS])}")
+    if set(ways) & set(ANCHOR_WAYS) and args.model.stem not in ("gpt2", "llama"):
+        parser.error(f"the anchors ({', '.join(ANCHOR_WAYS)}) rebuild the bench's gpt2 or llama "
+                     f"decoder from its seed: {args.model.name} is neither")
     with tempfile.TemporaryDirectory(prefix="generate-store-") as tmp:
         store = args.store or Path(tmp) / "plans.sqlite"
         if args.tune_budget is not None and "plan" in ways:
