@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from dispatch.graph import Node
+from dispatch.graph import Graph, Node
 
 #: (rtol, atol relative to max(1, max |reference|)) per op; the default covers exact ops.
 TOLERANCE: dict[str, tuple[float, float]] = {
@@ -97,15 +97,42 @@ def tolerance(nodes: Sequence[Node]) -> tuple[float, float]:
 #: whole-model tolerance of the end-to-end validation (errors accumulate over many layers)
 MODEL_TOLERANCE = (1e-3, 1e-4)
 
+#: a QDQ model's float output made by a DequantizeLinear of a quantized activation may differ
+#: from the reference by this many steps of its scale (on top of MODEL_TOLERANCE): the reference
+#: dequantizes, computes in float32 and requantizes, onnxruntime's QLinear* kernels requantize
+#: integer sums (MLAS's order); a value on a rounding half lands one step apart, and a later
+#: layer can carry the step on (measured: 2 steps on 2 of 4,096 logits of the GPT-2 corpus's
+#: quantize_static QDQ model, tests/models/tools)
+QDQ_OUTPUT_STEPS = 2
+
+
+def dequantized_output_steps(graph: Graph) -> list[float]:
+    """Per output of ``graph``: the absolute difference :data:`QDQ_OUTPUT_STEPS` steps make
+    when a DequantizeLinear of a computed (quantized activation) value with a constant scale
+    makes it, else 0."""
+    producers = {o.name: n for n in graph.nodes for o in n.outputs}
+    out = []
+    for v in graph.outputs:
+        n = producers.get(v.name)
+        x, scale = (n.input(0), n.input(1)) if n is not None else (None, None)
+        if (n is None or n.op_type != "DequantizeLinear" or x is None or x.is_const
+                or scale is None or not scale.is_const or not np.size(scale.const)):
+            out.append(0.0)
+            continue
+        out.append(QDQ_OUTPUT_STEPS * float(np.max(np.abs(np.asarray(scale.const, np.float64)))))
+    return out
+
 
 def check_outputs(
     outs: Sequence[np.ndarray],
     refs: Sequence[np.ndarray],
     nodes: Sequence[Node],
     tol: tuple[float, float] | None = None,
+    extra_atol: Sequence[float] = (),
 ) -> str | None:
     """``None`` when every output matches its reference within the ops' tolerance (or
-    ``tol``: rtol, and atol relative to max(1, max |reference|))."""
+    ``tol``: rtol, and atol relative to max(1, max |reference|)), float outputs within
+    ``extra_atol`` (per output, absolute: :func:`dequantized_output_steps`) besides."""
     rtol, atol = tol or tolerance(nodes)
     for k, (o, r) in enumerate(zip(outs, refs)):
         o, r = np.asarray(o), np.asarray(r)
@@ -121,7 +148,8 @@ def check_outputs(
             continue
         finite = np.abs(r[np.isfinite(r)]) if r.size else np.zeros(1)
         scale = max(1.0, float(finite.max())) if finite.size else 1.0
-        if not np.allclose(o, r, rtol=rtol, atol=atol * scale, equal_nan=True):
+        bound = atol * scale + (extra_atol[k] if k < len(extra_atol) else 0.0)
+        if not np.allclose(o, r, rtol=rtol, atol=bound, equal_nan=True):
             err = np.nanmax(np.abs(o.astype(np.float64) - r)) if o.size else 0.0
-            return f"output {k}: max abs error {err:.3g} exceeds rtol {rtol:g} / atol {atol * scale:.3g}"
+            return f"output {k}: max abs error {err:.3g} exceeds rtol {rtol:g} / atol {bound:.3g}"
     return None

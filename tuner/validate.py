@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
+from dispatch.compare import dequantized_output_steps
 from dispatch.executor import Executor
 from dispatch.graph import Graph
 from dispatch.registry import Registry
@@ -80,6 +81,7 @@ def _validate(
     tell(f"validating {len(plans)} plan(s) end to end against the reference ({left:.0f} s of "
          f"the budget left)")
     ready: list[tuple[PlanCandidate, Executor]] = []
+    steps = dequantized_output_steps(graph)  # a QDQ model's outputs: requantization steps
     for k, pc in enumerate(plans):
         tell(f"  [{k + 1}/{len(plans)}] checking {pc.label}")
         # checking and warming a plan up takes two runs, timing it at least two more: a plan
@@ -95,7 +97,7 @@ def _validate(
         except Exception as exc:
             pc.error = f"failed: {type(exc).__name__}: {exc}"
             continue
-        wrong = check_outputs(outs, reference, [], tol=MODEL_TOLERANCE) if checked else ""
+        wrong = check_outputs(outs, reference, [], tol=MODEL_TOLERANCE, extra_atol=steps) if checked else ""
         for k_more, (extra, expected) in enumerate(more if checked else ()):
             if wrong:
                 break
@@ -108,7 +110,7 @@ def _validate(
                 wrong = (f"on tuning input {k_more + 2}: output shapes "
                          f"{[np.shape(g) for g in got]}, expected {[np.shape(e) for e in expected]}")
                 break
-            found = check_outputs(got, expected, [], tol=MODEL_TOLERANCE)
+            found = check_outputs(got, expected, [], tol=MODEL_TOLERANCE, extra_atol=steps)
             wrong = f"on tuning input {k_more + 2}: {found}" if found else ""
         if wrong:
             pc.error = f"wrong result: {wrong}"

@@ -126,3 +126,31 @@ def test_weight_dequantize_stays_unfolded_and_runs(kind, block):
     default = Session(model, store=False)
     assert "DequantizeLinear" in [n.op_type for n in default.graph.nodes]
     np.testing.assert_allclose(default.run(None, {"x": x})[0], fused, rtol=1e-5, atol=1e-4)
+
+
+def test_a_qdq_models_dequantized_outputs_may_be_requantization_steps_apart():
+    """End to end, a float output that a DequantizeLinear of a quantized activation makes may
+    differ from the reference by QDQ_OUTPUT_STEPS steps of its scale (onnxruntime's QLinear
+    kernels round integer sums, the reference float32 products); other outputs may not."""
+    from dispatch.compare import MODEL_TOLERANCE, QDQ_OUTPUT_STEPS, check_outputs, dequantized_output_steps
+    from dispatch.onnx_import import import_model
+
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]),
+             helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"]),
+             helper.make_node("Relu", ["x"], ["r"])]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4]),
+         helper.make_tensor_value_info("r", TensorProto.FLOAT, [4])],
+        [numpy_helper.from_array(np.float32(0.05), "s"), numpy_helper.from_array(np.uint8(128), "z")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    steps = dequantized_output_steps(import_model(model))
+    assert steps == pytest.approx([QDQ_OUTPUT_STEPS * 0.05, 0.0])
+    ref = [np.zeros(4, np.float32), np.zeros(4, np.float32)]
+    two_steps = [np.full(4, 0.1, np.float32), np.zeros(4, np.float32)]
+    assert check_outputs(two_steps, ref, [], tol=MODEL_TOLERANCE) is not None
+    assert check_outputs(two_steps, ref, [], tol=MODEL_TOLERANCE, extra_atol=steps) is None
+    three_steps = [np.full(4, 0.15, np.float32), np.zeros(4, np.float32)]
+    assert check_outputs(three_steps, ref, [], tol=MODEL_TOLERANCE, extra_atol=steps) is not None
+    off_relu = [np.zeros(4, np.float32), np.full(4, 0.01, np.float32)]
+    assert check_outputs(off_relu, ref, [], tol=MODEL_TOLERANCE, extra_atol=steps) is not None
