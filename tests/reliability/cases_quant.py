@@ -22,6 +22,13 @@ DIFFERENCES: dict[tuple[str, str, str], tuple[dict, str]] = {
         "a tensor holding NaN or +-inf has no range to quantize over: ONNX leaves the result "
         "undefined, and onnx's reference, onnxruntime and the numpy reference each give another",
     ),
+    ("*", "QLinearConv", "*"): (
+        {"rtol": 0.0, "atol": 0.0, "steps": 1},
+        "onnx's ReferenceEvaluator rescales QLinearConv's integer sums in another order than "
+        "MLAS's float32 x_scale * w_scale / y_scale (which the numpy reference follows, equal to "
+        "onnxruntime: tests/numpy/test_conv_quantized.py): a value on a rounding half lands one "
+        "step apart",
+    ),
     ("Region.onnxruntime.session*", "DynamicQuantizeLinear", "zeros"): (
         {"rtol": 255.0, "atol": 0.0},
         "an all-zero tensor: onnxruntime gives the scale 1, onnx's reference 1 / 255 (its formula "
@@ -96,4 +103,45 @@ def qlinear_matmul_cases(op: str, edge: str) -> list[Case]:
         out.append(b.done(b.op_(op, [b.x(a.shape, array=a), f(0.01, np.float32), f(120, np.uint8), b.const(w),
                                      f(0.02, np.float32), f(130, np.uint8), f(y_scale, np.float32),
                                      f(128, np.uint8)])))
+    return out
+
+
+def _qconv_geometries(shape: tuple[int, int, int, int]) -> list[tuple[str, int, int, dict]]:
+    """(name, output channels, group, attributes) of the quantized convolutions' cases."""
+    c = shape[1]
+    return [("k3p1", 8, 1, {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),
+            ("k1s2", 5, 1, {"kernel_shape": [1, 1], "strides": [2, 2]}),
+            ("depthwise", c, c, {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "group": c})]
+
+
+@builder("ConvInteger")
+def conv_integer_cases(op: str, edge: str) -> list[Case]:
+    out = []
+    for shape in act_shapes(edge, 2):
+        for name, m, group, attrs in _qconv_geometries(shape):
+            b = Build(op, edge, f"{name}_{_sname(shape)}")
+            x = b.rng.integers(0, 256, shape).astype(np.uint8)
+            w = b.rng.integers(-128, 128, (m, shape[1] // group, *attrs["kernel_shape"])).astype(np.int8)
+            out.append(b.done(b.op_(op, [b.x(shape, array=x), b.const(w), b.const(np.array(7, np.uint8)),
+                                         b.const(np.array(0, np.int8))], **attrs)))
+    return out
+
+
+@builder("QLinearConv")
+def qlinear_conv_cases(op: str, edge: str) -> list[Case]:
+    out = []
+    for shape in act_shapes(edge, 2):
+        for name, m, group, attrs in _qconv_geometries(shape):
+            b = Build(op, edge, f"{name}_{_sname(shape)}")
+            x = b.rng.integers(0, 256, shape).astype(np.uint8)
+            kernel = (m, shape[1] // group, *attrs["kernel_shape"])
+            w = b.rng.integers(-128, 128, kernel).astype(np.int8)
+            f = lambda v, t, b=b: b.const(np.array(v, t))  # noqa: E731
+            w_scale = np.linspace(0.005, 0.02, m, dtype=np.float32)  # per output channel
+            y_scale = 0.02 * np.sqrt(np.prod(kernel[1:]))  # keeps most outputs inside uint8
+            bias = b.rng.integers(-500, 500, (m,)).astype(np.int32)
+            out.append(b.done(b.op_(op, [b.x(shape, array=x), f(0.01, np.float32), f(120, np.uint8),
+                                         b.const(w), b.const(w_scale), b.const(np.zeros(m, np.int8)),
+                                         f(y_scale, np.float32), f(128, np.uint8), b.const(bias)],
+                                    **attrs)))
     return out
