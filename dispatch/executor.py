@@ -60,32 +60,57 @@ ReferenceKernel = tuple[Node, Callable, str]
 
 
 def reference_kernels(registry: Registry, nodes: Sequence[Node],
-                      exclude: Sequence[str] = ()) -> list[ReferenceKernel]:
+                      exclude: Sequence[str] = (), fallback: bool = False) -> list[ReferenceKernel]:
     """``(node, built kernel, implementation name)`` of each node's reference implementation
     (:meth:`Registry.reference_impl`, never one named in ``exclude``), in order. A node no
-    reference implementation supports raises LookupError naming it."""
+    reference implementation supports raises LookupError naming it, unless ``fallback`` and
+    onnxruntime runs it (its result is then the reference: :mod:`dispatch.reference_fallback`)."""
+    from dispatch.reference_fallback import fallback_impl, fallback_kernel
+
     out = []
     for node in nodes:
         impl = registry.reference_impl(node, exclude=exclude)
-        if impl is None:
+        if impl is None:  # onnxruntime's result, where it runs the node (never the excluded one)
+            ort = fallback_impl(registry, node) if fallback else None
+            if ort is not None and ort.name not in exclude:
+                out.append((node, fallback_kernel(ort, node), ort.name))
+                continue
             raise LookupError(f"no reference implementation supports node {node.name!r} "
                               f"({node.key_op}; reference backend {REFERENCE_BACKEND})")
         out.append((node, impl.build(node), impl.name))
     return out
 
 
-def reference_overrides(graph: Graph, registry: Registry) -> dict[str, str]:
+def reference_overrides(graph: Graph, registry: Registry, fallback: bool = False) -> dict[str, str]:
     """Node name -> the name of its reference implementation, for a whole-graph reference
-    plan (``heuristic_plan(..., overrides=...)``) that priorities cannot change."""
+    plan (``heuristic_plan(..., overrides=...)``) that priorities cannot change. With
+    ``fallback``, a node without one that onnxruntime runs is left out: the reference plan runs
+    it on onnxruntime (:func:`reference_plan`, :mod:`dispatch.reference_fallback`)."""
+    from dispatch.reference_fallback import fallback_impl
+
     out = {}
     for node in graph.nodes:
         impl = registry.reference_impl(node)
+        if impl is None and fallback and fallback_impl(registry, node) is not None:
+            continue
         if impl is None:
             raise LookupError(
                 f"no numpy reference implementation supports node {node.name!r} ({node.key_op})"
             )
         out[node.name] = impl.name
     return out
+
+
+def reference_plan(graph: Graph, registry: Registry, fallback: bool = False) -> Plan:
+    """The whole-graph reference plan: numpy's reference of every node; with ``fallback``
+    (onnxruntime is allowed), onnxruntime's regions for the nodes without one."""
+    from dispatch.heuristic import heuristic_plan
+    from dispatch.reference_fallback import FALLBACK_BACKEND
+
+    overrides = reference_overrides(graph, registry, fallback)
+    # (every other node is forced to its numpy reference: onnxruntime first takes the rest)
+    order = ([FALLBACK_BACKEND] if len(overrides) < len(graph.nodes) else []) + [REFERENCE_BACKEND]
+    return heuristic_plan(graph, registry, order, overrides=overrides)
 
 
 def run_reference(kernels: Sequence[ReferenceKernel], env: dict[str, np.ndarray]) -> None:

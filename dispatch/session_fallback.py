@@ -12,9 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dispatch.errors import KernelError, OpDispatchError
-from dispatch.executor import Executor, reference_overrides
-from dispatch.heuristic import heuristic_plan
-from dispatch.registry import REFERENCE_BACKEND
+from dispatch.executor import Executor, reference_plan
 
 #: How many :class:`Fault` records a session keeps (the most recent).
 MAX_FAULTS = 1000
@@ -101,9 +99,7 @@ class FallbackMixin:
         with self._fallback_lock:
             if self._reference_executor is None:
                 try:
-                    overrides = reference_overrides(self.graph, self.registry)
-                    plan = heuristic_plan(self.graph, self.registry, [REFERENCE_BACKEND],
-                                          overrides=overrides)
+                    plan = reference_plan(self.graph, self.registry)
                     self._reference_executor = Executor(self.graph, plan, self.registry)
                 except (LookupError, OpDispatchError) as exc:
                     raise KernelError(

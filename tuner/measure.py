@@ -37,6 +37,7 @@ from dispatch.executor import (  # noqa: F401
 )
 from dispatch.fusion import FusedNode
 from dispatch.graph import Graph, Node, Value
+from dispatch.reference_fallback import FALLBACK_BACKEND
 from dispatch.registry import STANDARD, Implementation, Registry
 from dispatch.subgraph import CONTROL_FLOW_OPS
 from layouts.registry import Converter
@@ -91,7 +92,7 @@ def reference_impl(registry: Registry, node: Node) -> Implementation | None:
 def _reference(registry: Registry, cand: Candidate, std_inputs: list[np.ndarray | None]) -> list[np.ndarray]:
     nodes = cand.node.nodes if isinstance(cand.node, FusedNode) else [cand.node]
     env = {v.name: arr for v, arr in zip(cand.node.inputs, std_inputs) if v is not None}
-    run_reference(reference_kernels(registry, nodes), env)
+    run_reference(reference_kernels(registry, nodes, fallback=True), env)
     return [env[v.name] for v in cand.node.outputs]
 
 
@@ -133,7 +134,7 @@ def capture_values(graph: Graph, registry: Registry,
     what a candidate over dynamic values (shapes the data decides) is measured on, since
     random arrays of unknown shapes cannot stand in for them."""
     env = {k: np.asarray(v) for k, v in feeds.items()}
-    run_reference(reference_kernels(registry, graph.nodes), env)
+    run_reference(reference_kernels(registry, graph.nodes, fallback=True), env)
     return env
 
 
@@ -184,7 +185,11 @@ def _measure_candidate(registry: Registry, cand: Candidate, *, seed: int, check:
         out = kernel(*ins)
     except Exception as exc:  # a candidate that cannot even run loses, with its error
         return Measurement(float("inf"), 0.0, 0, f"failed: {type(exc).__name__}: {exc}")
-    if check and not (not cand.fused and reference_impl(registry, node) is cand.impl):
+    # the reference itself is not checked against itself; nor is onnxruntime running a node
+    # whose only reference is onnxruntime's result (dispatch.reference_fallback)
+    self_ref = cand.impl.backend == FALLBACK_BACKEND and any(
+        registry.reference_impl(n) is None for n in parts)
+    if check and not self_ref and not (not cand.fused and reference_impl(registry, node) is cand.impl):
         outs = list(out) if isinstance(out, tuple | list) else [out]
         try:
             std_outs = [

@@ -122,6 +122,12 @@ class TuneResult:
         if s.get("noisy_plans"):
             lines.append(f"unsteady timings (spread above {NOISY_SPREAD:.0%} of the median): "
                          f"{', '.join(s['noisy_plans'])}")
+        referenced = (self.plan.provenance or {}).get("reference_from_onnxruntime") if self.plan else None
+        if referenced:
+            lines.append(f"reference: onnxruntime's own result for {len(referenced)} node(s) no numpy "
+                         f"reference implements ({', '.join(referenced[:5])}"
+                         f"{', ...' if len(referenced) > 5 else ''}): checked against it, other backends "
+                         "are validated; onnxruntime itself is not independently validated there")
         if s.get("nonfinite"):
             lines.append(f"NaN/Inf: {s['nonfinite']}")
         if s.get("accuracy"):

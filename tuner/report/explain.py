@@ -43,7 +43,7 @@ def explain_node(rep: ReportData, node: str) -> pd.DataFrame:
              "layouts_in": ",".join(step.layouts_in), "layouts_out": ",".join(step.layouts_out),
              "median_ms": first["median_ms"], "spread_ms": first["spread_ms"],
              "samples": first["samples"], "measured_at": None, "verdict": "chosen",
-             "delta_ms": 0.0, "reason": step.why, "details": ""}]
+             "delta_ms": 0.0, "reason": step.why, "details": _reference_note(plan, node)}]
     seen = {(step.impl, tuple(step.nodes))}
     for alts in rep.alternatives.values():
         for a in alts:
@@ -62,6 +62,14 @@ def explain_node(rep: ReportData, node: str) -> pd.DataFrame:
     df = df.sort_values(["_o", "median_ms"], kind="stable", na_position="last").drop(columns="_o")
     df["samples"] = df["samples"].astype("Int64")
     return df.reset_index(drop=True)
+
+
+def _reference_note(plan, node: str) -> str:
+    """What ``node`` was checked against, when not the numpy reference (issue 52)."""
+    if node in (plan.provenance or {}).get("reference_from_onnxruntime", ()):
+        return ("reference: onnxruntime's own result (no numpy reference implements this "
+                "operator); onnxruntime's candidates for it are not independently validated")
+    return ""
 
 
 #: Candidates ``explain`` lists one by one by default (the chosen one and the best measured

@@ -13,13 +13,15 @@ from typing import Any
 
 from dispatch import blas
 from dispatch.errors import OpDispatchError
+from dispatch.executor import reference_plan
 from dispatch.heuristic import heuristic_plan
 from dispatch.objective import Objective
 from dispatch.plan import Plan, Rejected
+from dispatch.reference_fallback import FALLBACK_BACKEND, onnxruntime_referenced
 from dispatch.registry import REFERENCE_BACKEND
 from tuner import busy
 from tuner.candidates import Candidate, enumerate_candidates
-from tuner.measure import Measurement, reference_overrides
+from tuner.measure import Measurement
 from tuner.optimize import Solution, evaluate, optimize
 from tuner.plan_candidate import PlanCandidate
 from tuner.stages.base import TuneContext, TuningStage
@@ -126,6 +128,9 @@ class LatencyTuning(TuningStage):
             provenance["model_file"] = ctx.model_file
         if ctx.threading is not None:  # the thread settings it was measured under and will run with
             provenance["threading"] = ctx.threading
+        referenced = onnxruntime_referenced(graph, registry) if FALLBACK_BACKEND in backends else []
+        if referenced:  # no numpy reference: onnxruntime's result is theirs (never independent)
+            provenance["reference_from_onnxruntime"] = referenced
         plans: list[PlanCandidate] = []
         skipped_alternatives = 0
         try:
@@ -175,8 +180,8 @@ class LatencyTuning(TuningStage):
             plans.append(PlanCandidate(label, plan, predicted, baseline=True))
         plans = validation_order(plans)
 
-        ctx.reference_plan = heuristic_plan(graph, registry, [REFERENCE_BACKEND],
-                                            overrides=reference_overrides(graph, registry))
+        # onnxruntime's result where numpy has no reference, when onnxruntime is allowed
+        ctx.reference_plan = reference_plan(graph, registry, fallback=FALLBACK_BACKEND in backends)
         feeds, reference, more = reference_outputs(graph, registry, ctx.reference_plan, tuning_inputs, opts)
         ctx.feeds, ctx.reference = feeds, reference
         t_stage = time.monotonic()
