@@ -161,6 +161,16 @@ def embed_shapes(inputs: Ins, attrs: Mapping[str, Any]) -> Outs:
     return [out, TensorInfo(np.dtype(np.int32), (b,)), out]
 
 
+def qembed_shapes(inputs: Ins, attrs: Mapping[str, Any]) -> Outs:
+    """layernorm_out (B, S, H) float32 of input_ids (B, S) and word_embedding_quant (V, H);
+    mask_index_out (B,) int32."""
+    ids, word = _dims(arg(inputs, 0)), _dims(arg(inputs, 2))
+    b, s = (ids[0], ids[1]) if ids is not None and len(ids) == 2 else (None, None)
+    h = word[1] if word is not None and len(word) == 2 else None
+    return [TensorInfo(np.dtype(np.float32), None if ids is None else (b, s, h)),
+            TensorInfo(np.dtype(np.int32), (b,))]
+
+
 def _qparams(*names: str, t: str = "T", optional_zero: bool = True) -> tuple[Param, ...]:
     """(X, X_scale, X_zero_point) triples of the named tensors."""
     out: list[Param] = []
@@ -251,4 +261,28 @@ QUANTIZED_SCHEMAS: tuple[ContribSchema, ...] = (
                   (Param("output", "T"), Param("mask_index", "T1", True), Param("embedding_sum", "T", True)),
                   (("epsilon", float(np.float32(1e-12))), ("mask_index_type", INT)),
                   (("T1", ("tensor(int32)",)), ("T", (FLOAT, "tensor(float16)"))), embed_shapes),
+    ContribSchema("QEmbedLayerNormalization", MS_DOMAIN,
+                  "EmbedLayerNormalization of quantized embedding tables, gamma and beta (dequantized "
+                  "per tensor); no numpy reference: onnxruntime's result is the reference.",
+                  (Param("input_ids", "T1"), Param("segment_ids", "T1", True),
+                   Param("word_embedding_quant", "T2"), Param("position_embedding_quant", "T2"),
+                   Param("segment_embedding", "T2", True), Param("gamma_quant", "T2"),
+                   Param("beta_quant", "T2"), Param("mask", "T1", True),
+                   Param("word_embedding_scale", "T"), Param("position_embedding_scale", "T"),
+                   Param("segment_embedding_scale", "T", True), Param("gamma_scale", "T"),
+                   Param("beta_scale", "T"), Param("word_embedding_zero_point", "T2"),
+                   Param("position_embedding_zero_point", "T2"),
+                   Param("segment_embedding_zero_point", "T2", True),
+                   Param("gamma_zero_point", "T2"), Param("beta_zero_point", "T2")),
+                  (Param("layernorm_out", "T"), Param("mask_index_out", "T1")),
+                  (("epsilon", float(np.float32(1e-12))),),
+                  (("T1", ("tensor(int32)",)), ("T2", ("tensor(int8)", "tensor(uint8)")), ("T", (FLOAT,))),
+                  qembed_shapes),
+    ContribSchema("QLinearSoftmax", MS_DOMAIN,
+                  "Y = quantize(softmax(dequantize(X), axis)); no numpy reference: onnxruntime's result "
+                  "is the reference.",
+                  (Param("X", "T"), Param("X_scale", FLOAT), Param("x_zero_point", "T", True),
+                   Param("y_scale", FLOAT), Param("y_zero_point", "T")),
+                  (Param("Y", "T"),), (("axis", -1), ("opset", NoDefault("INT", True))),
+                  (("T", ("tensor(uint8)", "tensor(int8)")),), unary_shapes),
 )

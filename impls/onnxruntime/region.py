@@ -47,7 +47,7 @@ CONTRIB_OPS: frozenset[str] = frozenset(
         # the quantizers' QOperator format and the optimizer's fused embeddings
         "QLinearAdd", "QLinearMul", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearConcat",
         "QLinearGlobalAveragePool", "QLinearAveragePool", "QGemm", "QAttention", "DynamicQuantizeLSTM",
-        "EmbedLayerNormalization",
+        "EmbedLayerNormalization", "QEmbedLayerNormalization", "QLinearSoftmax",
     )
 )
 #: contrib operators of the schemas not offered, with why

@@ -32,7 +32,7 @@ def test_every_contrib_schema_is_offered_to_onnxruntime_or_refused_with_why():
     ("FusedMatMul", [("A", rand(2, 4, 5)), ("B", rand(5, 6))], {"alpha": 2.0}, None),
     ("FusedMatMul", [("A", rand(5, 4)), ("B", rand(5))], {"transA": 1}, "reads A untransposed"),
     ("BiasSplitGelu", [("X", rand(1, 2, 8)), ("bias", rand(8))], {}, "CUDA only"),
-    ("QEmbedLayerNormalization", [("X", rand(2, 8))], {}, "not a standard ONNX domain"),
+    ("QOrderedMatMul", [("X", rand(2, 8))], {}, "not a standard ONNX domain"),
 ])
 def test_onnxruntime_node_reasons(op, inputs, attrs, refused):
     from impls.onnxruntime.region import node_reason

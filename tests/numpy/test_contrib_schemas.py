@@ -161,13 +161,13 @@ def test_an_unknown_custom_domain_still_gets_the_clear_error():
     graph = helper.make_graph(
         [n("FastGelu", ["x"], ["a"], domain=MS_DOMAIN, name="known"),
          n("Mystery", ["a"], ["b"], domain="com.nobody", name="mystery"),
-         n("QEmbedLayerNormalization", ["b"], ["y"], domain=MS_DOMAIN, name="attention")],
+         n("QOrderedMatMul", ["b"], ["y"], domain=MS_DOMAIN, name="attention")],
         "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 8])],
         [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)])
     opsets = [helper.make_opsetid(d, 1) for d in (MS_DOMAIN, "com.nobody")]
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), *opsets])
     with pytest.raises(UnsupportedOpError, match=r"2 operator\(s\) that no allowed backend implements: "
-                       r"com.microsoft::QEmbedLayerNormalization \(nodes: attention\); "
+                       r"com.microsoft::QOrderedMatMul \(nodes: attention\); "
                        r"com.nobody::Mystery \(nodes: mystery\)"):
         run_ours(model, {"x": x}, backends=None)
 
