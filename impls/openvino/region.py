@@ -34,7 +34,7 @@ _QDQ = ("never offered to OpenVINO: its CPU plugin turns quantize / dequantize o
         "(impls.openvino.reduced), which the accuracy objective measures")
 UNSUPPORTED_OPS: dict[str, str] = {
     **{op: _QDQ for op in ("QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear",
-                           "MatMulInteger", "QLinearMatMul")},
+                           "MatMulInteger", "QLinearMatMul", "ConvInteger", "QLinearConv")},
     "Mod": "never offered to OpenVINO, which computes Mod as x - trunc(x / y) * y through "
     "float32 (measured with OpenVINO 2026.4: fmod(1e10, 3) gives 0, not 1; fmod(1, inf) NaN, "
     "not 1; int32 (2**30 + 3) mod 7 gives 0, not 4) and cannot convert fmod=0 on floats",

@@ -200,10 +200,8 @@ REFUSALS: dict[tuple[str, str], str] = {
     # ops OpenVINO computes differently on every input (impls.openvino.region.UNSUPPORTED_OPS),
     # and ops whose outputs' shapes the data decides (NonZero, Unique, Compress,
     # NonMaxSuppression): OpenVINO's compiled models need static shapes
-    # (and ConvInteger and QLinearConv: impls.openvino.region computes them saturating)
     ("Region.openvino.compiled", "*"): r"never offered to OpenVINO|has a shape known only at "
-                                       r"run time, and Region\.openvino\.compiled needs static shapes"
-                                       r"|computes (ConvInteger|QLinearConv) on integers saturating",
+                                       r"run time, and Region\.openvino\.compiled needs static shapes",
     # and onnxruntime (impls.region_quirks: MeanVarianceNormalization without ONNX's epsilon)
     ("Region.onnxruntime.session*", "*"): r"never offered to onnxruntime",
 }
