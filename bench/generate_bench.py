@@ -44,6 +44,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_MODEL = Path.home() / ".cache" / "opdispatch" / "bench-models" / "decoders" / "gpt2.onnx"
 WAYS = ("plan", "onnxruntime-iobinding", "onnxruntime", "openvino-stateful", "openvino")
+#: the stored float32 plan, beside the plan of ``--plan-args`` (e.g. an accuracy objective's)
+EXTRA_WAYS = ("plan-float32",)
 #: optional ways (bench/generation_anchors.py): way -> (anchor, precision)
 ANCHOR_WAYS = {"genai-fp32": ("genai", "fp32"), "genai-int4": ("genai", "int4"),
                "llama-cpp-f32": ("llama-cpp", "f32"), "llama-cpp-q8_0": ("llama-cpp", "q8_0"),
@@ -73,7 +75,12 @@ def generate_once(way: str, model: Path, store: Path, new_tokens: int, prompt_le
         cmd = [sys.executable, "-m", "tuner.cli", "run", str(model), "--generate", str(new_tokens),
                "--prompt-len", str(prompt_len), "--runs", str(runs), "--store", str(store),
                "--json", str(out)]
-        cmd += ["--require-plan", *extra] if way == "plan" else ["--library", way]
+        if way == "plan":
+            cmd += ["--require-plan", *extra]
+        elif way == "plan-float32":  # the float32 plan beside a reduced one (--plan-args)
+            cmd += ["--require-plan"]
+        else:
+            cmd += ["--library", way]
         if way in ANCHOR_WAYS:  # the same weights through onnxruntime-genai or llama.cpp
             anchor, precision = ANCHOR_WAYS[way]
             cmd = [sys.executable, str(ROOT / "bench" / "generation_anchors.py"), anchor, "--family",
@@ -129,9 +136,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"{args.model} does not exist: run python tests/models/decoders/make_decoders.py "
                      f"--bench first")
     ways = [w.strip() for w in args.ways.split(",") if w.strip()]
-    unknown = sorted(set(ways) - set(WAYS) - set(ANCHOR_WAYS))
+    unknown = sorted(set(ways) - set(WAYS) - set(EXTRA_WAYS) - set(ANCHOR_WAYS))
     if unknown:
-        parser.error(f"unknown ways {unknown}; known: {', '.join([*WAYS, *ANCHOR_WAYS])}")
+        parser.error(f"unknown ways {unknown}; known: {', '.join([*WAYS, *EXTRA_WAYS, *ANCHOR_WAYS])}")
     if set(ways) & set(ANCHOR_WAYS) and args.model.stem not in ("gpt2", "llama"):
         parser.error(f"the anchors ({', '.join(ANCHOR_WAYS)}) rebuild the bench's gpt2 or llama "
                      f"decoder from its seed: {args.model.name} is neither")
