@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -197,6 +197,49 @@ def _past_axis(past: Declared, present: Declared | None, where: str) -> int:
     return free[0]
 
 
+#: the attention operators of onnxruntime's tools that take a layer's past key and value
+#: (their input positions), whose head size a symbolic ``kv_cache_dim`` leaves to the graph
+_PAST_INPUTS = {"GroupQueryAttention": (3, 4), "MultiHeadAttention": (6, 7)}
+
+
+def attention_head_sizes(graph: Any) -> dict[str, int]:
+    """Past input name -> the head size of the attention node that reads it, for decoders whose
+    past tensors leave the head size symbolic (onnxruntime-genai's model builder writes
+    ``[batch, kv_heads, past_sequence_length, kv_cache_dim]``): from a packed QKV projection's
+    weight (``(num_heads + 2 * kv_num_heads) * head`` columns), else the ``scale`` attribute
+    (``1 / sqrt(head)``), else a rotary cos cache (``head / 2`` columns)."""
+    import onnx
+
+    dims = {i.name: list(i.dims) for i in graph.initializer}
+    producers = {o: n for n in graph.node for o in n.output}
+    out: dict[str, int] = {}
+    for node in graph.node:
+        where = _PAST_INPUTS.get(node.op_type)
+        if node.domain != "com.microsoft" or where is None or len(node.input) <= where[1]:
+            continue
+        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        heads = int(attrs.get("num_heads", 0))
+        kv_heads = int(attrs.get("kv_num_heads", heads))
+        head = 0
+        packed = node.op_type == "GroupQueryAttention" and not (len(node.input) > 1 and node.input[1])
+        producer = producers.get(node.input[0])
+        if packed and producer is not None and producer.op_type == "MatMul" and heads and kv_heads:
+            weight = dims.get(producer.input[1])
+            if weight is not None and len(weight) == 2 and weight[1] % (heads + 2 * kv_heads) == 0:
+                head = weight[1] // (heads + 2 * kv_heads)
+        scale = float(attrs.get("scale", 0.0) or 0.0)
+        if not head and scale > 0:
+            head = round(scale ** -2)
+        if not head and node.op_type == "GroupQueryAttention" and len(node.input) > 7:
+            cos = dims.get(node.input[7])
+            head = 2 * cos[1] if cos is not None and len(cos) == 2 else 0
+        if head > 0:
+            for k in where:
+                if node.input[k]:
+                    out[node.input[k]] = head
+    return out
+
+
 def read_decoder(model: Any) -> DecoderIO:
     """The decoder signature of ``model`` (a path, or an ``onnx.ModelProto``); raises
     :class:`~dispatch.errors.ModelLoadError` naming what was found when it is not a decoder
@@ -214,6 +257,7 @@ def read_decoder(model: Any) -> DecoderIO:
     initializers = {i.name for i in proto.graph.initializer}
     inputs = tuple(_declared(v) for v in proto.graph.input if v.name not in initializers)
     outputs = tuple(_declared(v) for v in proto.graph.output)
+    head_sizes = attention_head_sizes(proto.graph)
     del proto
     by_in = {v.name: v for v in inputs}
     by_out = {v.name: v for v in outputs}
@@ -258,6 +302,9 @@ def read_decoder(model: Any) -> DecoderIO:
         for kind in ("key", "value"):
             past, present = by_in[pasts[(n, kind)]], by_out[presents[(n, kind)]]
             axis = _past_axis(past, present, where)
+            if (len(past.dims) == 4 and axis == 2 and not isinstance(past.dims[3], int)
+                    and past.name in head_sizes):  # onnxruntime-genai's builder: kv_cache_dim
+                past = replace(past, dims=(*past.dims[:3], head_sizes[past.name]))
             fixed = [d for i, d in enumerate(past.dims) if i not in (0, axis)]
             if not all(isinstance(d, int) and d > 0 for d in fixed):
                 raise refuse(f"past {past.describe()}: heads and head size must be fixed sizes")
