@@ -104,3 +104,22 @@ class KVCache:
     @property
     def nbytes(self) -> int:
         return sum(b.nbytes for b in self.buffers())
+
+
+class CacheHolder:
+    """What a step runner that writes into a :class:`KVCache` shares: the cache (made by the
+    first :meth:`begin`, then reused: its buffers grow only when a generation needs more) and the
+    positions it holds. Subclasses set ``io`` and start with ``kv = None``."""
+
+    io: DecoderIO
+    kv: KVCache | None
+
+    @property
+    def length(self) -> int:
+        return self.kv.length if self.kv is not None else 0
+
+    def begin(self, capacity: int) -> None:
+        if self.kv is None:
+            self.kv = KVCache(self.io, capacity)
+        else:
+            self.kv.ensure(capacity)

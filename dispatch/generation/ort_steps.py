@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from dispatch.generation.decoder_io import DecoderIO
-from dispatch.generation.kv_cache import KVCache
+from dispatch.generation.kv_cache import CacheHolder, KVCache
 from dispatch.generation.step_ways import StepRunner, StepWay, usable_cores
 
 
@@ -35,7 +35,7 @@ def _session(io: DecoderIO, threads: int | None) -> Any:
     return ort.InferenceSession(io.path, so, providers=["CPUExecutionProvider"])
 
 
-class BoundRunner:
+class BoundRunner(CacheHolder):
     """onnxruntime with IO binding on the ping-pong cache (see the module docstring)."""
 
     def __init__(self, way: StepWay, io: DecoderIO, threads: int | None) -> None:
@@ -48,15 +48,6 @@ class BoundRunner:
         #: logits buffers allocated (once for the longest prompt seen)
         self.logits_allocations = 0
 
-    @property
-    def length(self) -> int:
-        return self.kv.length if self.kv is not None else 0
-
-    def begin(self, capacity: int) -> None:
-        if self.kv is None:
-            self.kv = KVCache(self.io, capacity)
-        else:
-            self.kv.ensure(capacity)
 
     def _bind_input(self, name: str, array: np.ndarray) -> None:
         self.binding.bind_input(name, "cpu", 0, array.dtype, list(array.shape), array.ctypes.data)

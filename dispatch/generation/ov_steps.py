@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from dispatch.generation.decoder_io import DecoderIO
-from dispatch.generation.kv_cache import CapacityError, KVCache
+from dispatch.generation.kv_cache import CacheHolder, CapacityError, KVCache
 from dispatch.generation.step_ways import StepRunner, StepWay
 
 CONFIG = {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": "f32",
@@ -44,7 +44,7 @@ def _config(threads: int | None) -> dict[str, Any]:
     return config
 
 
-class SharedRunner:
+class SharedRunner(CacheHolder):
     """OpenVINO on the ping-pong cache through shared-memory tensors (see the module docstring)."""
 
     def __init__(self, way: StepWay, io: DecoderIO, threads: int | None) -> None:
@@ -62,15 +62,6 @@ class SharedRunner:
         #: steps whose outputs the plugin put in memory of its own (then copied into the cache)
         self.copied_steps = 0
 
-    @property
-    def length(self) -> int:
-        return self.kv.length if self.kv is not None else 0
-
-    def begin(self, capacity: int) -> None:
-        if self.kv is None:
-            self.kv = KVCache(self.io, capacity)
-        else:
-            self.kv.ensure(capacity)
 
     def _set(self, name: str, array: np.ndarray) -> None:
         self.request.set_tensor(name, self._ov.Tensor(array, shared_memory=True))

@@ -22,13 +22,13 @@ import numpy as np
 from dispatch.errors import PlanError
 from dispatch.generation.decoder_io import DecoderIO, read_decoder
 from dispatch.generation.generate import DEFAULT_MAX_LENGTH, Generator
-from dispatch.generation.kv_cache import KVCache
+from dispatch.generation.kv_cache import CacheHolder, KVCache
 from dispatch.generation.plan import GenerationPlan, StepChoice
 from dispatch.generation.step_ways import StepRunner, StepWay
 from dispatch.generation.ways import step_way
 
 
-class SplitRunner:
+class SplitRunner(CacheHolder):
     """The prompt on one runner, the steps on another, one cache (see the module docstring)."""
 
     def __init__(self, way: StepWay, io: DecoderIO, prompt: StepRunner, steps: StepRunner) -> None:
@@ -38,15 +38,8 @@ class SplitRunner:
         self.steps = steps
         self.kv: KVCache | None = None
 
-    @property
-    def length(self) -> int:
-        return self.kv.length if self.kv is not None else 0
-
     def begin(self, capacity: int) -> None:
-        if self.kv is None:
-            self.kv = KVCache(self.io, capacity)
-        else:
-            self.kv.ensure(capacity)
+        super().begin(capacity)
         # both runners step the one cache (their own begin() would make one each)
         self.prompt.kv = self.steps.kv = self.kv
 
