@@ -263,7 +263,7 @@ QUANTIZED_SCHEMAS: tuple[ContribSchema, ...] = (
                   (("T1", ("tensor(int32)",)), ("T", (FLOAT, "tensor(float16)"))), embed_shapes),
     ContribSchema("QEmbedLayerNormalization", MS_DOMAIN,
                   "EmbedLayerNormalization of quantized embedding tables, gamma and beta (dequantized "
-                  "per tensor); no numpy reference: onnxruntime's result is the reference.",
+                  "per tensor).",
                   (Param("input_ids", "T1"), Param("segment_ids", "T1", True),
                    Param("word_embedding_quant", "T2"), Param("position_embedding_quant", "T2"),
                    Param("segment_embedding", "T2", True), Param("gamma_quant", "T2"),
@@ -279,8 +279,7 @@ QUANTIZED_SCHEMAS: tuple[ContribSchema, ...] = (
                   (("T1", ("tensor(int32)",)), ("T2", ("tensor(int8)", "tensor(uint8)")), ("T", (FLOAT,))),
                   qembed_shapes),
     ContribSchema("QLinearSoftmax", MS_DOMAIN,
-                  "Y = quantize(softmax(dequantize(X), axis)); no numpy reference: onnxruntime's result "
-                  "is the reference.",
+                  "Y = quantize(softmax(dequantize(X), axis)), over the axes of the Softmax opset it fused.",
                   (Param("X", "T"), Param("X_scale", FLOAT), Param("x_zero_point", "T", True),
                    Param("y_scale", FLOAT), Param("y_zero_point", "T")),
                   (Param("Y", "T"),), (("axis", -1), ("opset", NoDefault("INT", True))),

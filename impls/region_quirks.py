@@ -129,22 +129,27 @@ ORT_U8S8_WEIGHT = {"MatMulInteger": 1, "QLinearMatMul": 3, "QLinearConv": 3}
 
 def _onnxruntime_u8s8(node: Node) -> str | None:
     at = ORT_U8S8_WEIGHT.get(node.op_type)
-    if at is None or has_vnni():
+    if at is None:
         return None
     a, w = node.input(0), node.input(at)
     if a is None or w is None or a.dtype is None or w.dtype is None:
         return None
-    if dtype_name(a.dtype) != "uint8" or dtype_name(w.dtype) != "int8":
+    if dtype_name(a.dtype) != "uint8" or dtype_name(w.dtype) != "int8" or w.is_const:
+        return None  # a constant weight: the region widens it to uint8 where the CPU saturates
+    from impls.onnxruntime.u8s8 import saturates_u8s8
+
+    if not saturates_u8s8():
         return None
     # measured with onnxruntime 1.32 on an AMD EPYC (Zen 3, AVX2, no VNNI): MatMulInteger
     # 4x17 @ 17x33 with full-range operands differs from the exact int32 product at 41 of 132
     # elements, QLinearMatMul at 88 of 132 and QLinearConv at 481 of 825 outputs (by up to 11);
     # exact on AVX512_VNNI. Its u8 x s8 kernels without VNNI add pairs of products in 16 bits
-    # with saturation (vpmaddubsw); onnxruntime's own advice is reduce_range (7-bit weights)
-    return (f"onnxruntime's {node.op_type} of uint8 by int8 saturates on a CPU without VNNI "
-            f"(its AVX2 kernel adds pairs of products in 16 bits, vpmaddubsw): results differ "
-            f"from ONNX's exact integer product; uint8 weights, or a CPU with AVX512_VNNI or "
-            f"AVX-VNNI, run exactly")
+    # with saturation (vpmaddubsw); a constant weight is widened to uint8 by the region
+    # (impls.onnxruntime.u8s8), a weight computed at run time cannot be
+    return (f"onnxruntime's {node.op_type} of uint8 by int8 saturates on this CPU (no VNNI: its "
+            f"AVX2 kernel adds pairs of products in 16 bits, vpmaddubsw): results differ from "
+            f"ONNX's exact integer product; a constant weight is widened to uint8 by the region, "
+            f"but {w.name!r} is computed at run time")
 
 
 def openvino_reason(node: Node) -> str | None:

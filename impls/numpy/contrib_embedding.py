@@ -1,6 +1,8 @@
-"""numpy reference of onnxruntime's ``EmbedLayerNormalization`` (domain ``com.microsoft``, issue
-52), the transformers optimizer's fusion of a BERT-style model's embeddings (schema:
-:mod:`dispatch.contrib_schemas_quantized`).
+"""numpy references of onnxruntime's ``EmbedLayerNormalization`` and ``QEmbedLayerNormalization``
+(domain ``com.microsoft``, issue 52): the transformers optimizer's fusion of a BERT-style model's
+embeddings, and the dynamic QOperator quantizer's form of it (its tables, gamma and beta int8 or
+uint8, dequantized per tensor first; no position_ids). Schemas:
+:mod:`dispatch.contrib_schemas_quantized`.
 
 ``EmbedLayerNormalization(input_ids, segment_ids?, word_embedding, position_embedding,
 segment_embedding?, gamma, beta, mask?, position_ids?)``:
@@ -103,5 +105,50 @@ def ms_embed_layer_norm(node: Node) -> Kernel:
                  else (mask.reshape(batch, -1) == 1).sum(axis=1).astype(np.int32))
         outs = (np.ascontiguousarray(y.astype(word.dtype)), count, np.ascontiguousarray(s.astype(word.dtype)))
         return outs[0] if n_out == 1 else outs[:n_out]
+
+    return run
+
+
+def _float_view(node: Node) -> Node:
+    """The EmbedLayerNormalization that a QEmbedLayerNormalization computes once dequantized (its
+    first eight inputs, its two outputs)."""
+    return Node(name=node.name, op_type="EmbedLayerNormalization", inputs=list(node.inputs[:8]),
+                outputs=list(node.outputs[:2]), attrs={"epsilon": node.attr("epsilon", EMBED_EPSILON)},
+                domain=MS_DOMAIN, opset=node.opset)
+
+
+def _supports_qembed(node: Node) -> str | None:
+    return first_reason(check_dtypes(node, frozenset({"int32"}), (0, 1, 7)),
+                        check_dtypes(node, frozenset({"int8", "uint8"}), (2, 3, 4, 5, 6, 13, 14, 15, 16, 17),
+                                     same=True),
+                        check_dtypes(node, frozenset({"float32"}), (8, 9, 10, 11, 12)),
+                        _embed_reason(_float_view(node)))
+
+
+def dequantize_per_tensor(q: np.ndarray, scale: np.ndarray, zero: np.ndarray) -> np.ndarray:
+    """``(q - zero) * scale`` in float32, scale and zero point one value each (onnxruntime's
+    Dequantize)."""
+    z = np.float32(np.asarray(zero).reshape(-1)[0])
+    return (q.astype(np.float32) - z) * np.float32(np.asarray(scale).reshape(-1)[0])
+
+
+@impls.register("QEmbedLayerNormalization", "ms_float64", domain=MS_DOMAIN, priority=Priority.DEFAULT,
+                supports=_supports_qembed)
+def ms_qembed_layer_norm(node: Node) -> Kernel:
+    """com.microsoft QEmbedLayerNormalization: the tables, gamma and beta dequantized per tensor
+    (``(q - zero) * scale``, float32, as onnxruntime does element by element), then
+    EmbedLayerNormalization: ``layernorm_out`` and ``mask_index_out`` (zeros without a mask)."""
+    embed = ms_embed_layer_norm(_float_view(node))
+
+    def run(ids: np.ndarray, segment_ids: np.ndarray | None, word: np.ndarray, position: np.ndarray,
+            segment: np.ndarray | None, gamma: np.ndarray, beta: np.ndarray, mask: np.ndarray | None,
+            word_scale: np.ndarray, position_scale: np.ndarray, segment_scale: np.ndarray | None,
+            gamma_scale: np.ndarray, beta_scale: np.ndarray, word_zero: np.ndarray, position_zero: np.ndarray,
+            segment_zero: np.ndarray | None, gamma_zero: np.ndarray, beta_zero: np.ndarray) -> Any:
+        seg = None if segment is None else dequantize_per_tensor(segment, segment_scale, segment_zero)
+        return embed(ids, segment_ids, dequantize_per_tensor(word, word_scale, word_zero),
+                     dequantize_per_tensor(position, position_scale, position_zero), seg,
+                     dequantize_per_tensor(gamma, gamma_scale, gamma_zero),
+                     dequantize_per_tensor(beta, beta_scale, beta_zero), mask)
 
     return run

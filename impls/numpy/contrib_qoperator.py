@@ -30,6 +30,9 @@ rounded half to even and saturated to the output type:
   per column): the float result, or ``rint(that / y_scale) + y_zero`` with y_scale.
 - ``QLinearGlobalAveragePool``: the integer sum over the spatial axes (channels first, or last
   with ``channels_last``), ``rint((sum - x_zero * size) * (x_scale / (y_scale * size))) + y_zero``.
+- ``QLinearSoftmax``: softmax of the dequantized X along the fused Softmax opset's axes, in
+  float64, times onnxruntime's ``floor(1 / y_scale)``, rounded and saturated. onnxruntime's int8
+  kernel wraps a value of 128 to -128 (its check is against 255); this reference saturates.
 
 Forms not covered (per-channel scales, QLinearConcat's float inputs...) are refused by the
 kernel's ``supports`` with what was received and what is covered: such a node runs on
@@ -374,5 +377,49 @@ def ms_qlinear_average_pool(node: Node) -> Kernel:
             y = np.moveaxis(y, 1, -1)
         zero_dtype = y_zero.dtype if y_zero is not None else x.dtype
         return np.ascontiguousarray(quantize(y, scalar(y_scale), scalar(y_zero), zero_dtype))
+
+    return run
+
+
+# -- QLinearSoftmax ------------------------------------------------------------------------------------
+
+
+def _softmax_reason(node: Node) -> str | None:
+    if node.attr("opset") is None:
+        return "QLinearSoftmax without its 'opset' attribute: required (the opset of the Softmax it fused)"
+    names = {1: "X_scale", 2: "x_zero_point", 3: "y_scale", 4: "y_zero_point"}
+    return first_reason(check_dtypes(node, QTYPES, (0, 2, 4), same=True),
+                        check_dtypes(node, frozenset({"float32"}), (1, 3)),
+                        per_tensor_reason(node, (1, 2, 3, 4), names))
+
+
+@impls.register("QLinearSoftmax", "ms_float64", domain=MS_DOMAIN, priority=Priority.DEFAULT,
+                supports=_softmax_reason)
+def ms_qlinear_softmax(node: Node) -> Kernel:
+    """com.microsoft QLinearSoftmax: softmax of ``X_scale * X`` (the zero point cancels; onnxruntime
+    ignores it) in float64, times ``floor(1 / y_scale)`` (onnxruntime's multiplier: ``1 / y_scale``
+    for the quantizer's 1/256), rounded half to even, plus ``y_zero_point``, saturated. The Softmax
+    opset it fused decides the axes: before 13, every axis from ``axis`` on; from 13, ``axis``
+    alone (-1 by default either way: the schema's default, which onnxruntime applies).
+    onnxruntime sums a float32 table: a value at a half may round the other way (one step;
+    dispatch.compare.QUANTIZED_STEPS)."""
+    opset = int(node.attr("opset"))
+    axis = int(node.attr("axis", -1))
+
+    def run(x: np.ndarray, x_scale: np.ndarray, x_zero: np.ndarray | None, y_scale: np.ndarray,
+            y_zero: np.ndarray | None = None) -> np.ndarray:
+        if x.size == 0:
+            return np.empty(x.shape, x.dtype)
+        a = axis + x.ndim if axis < 0 else axis
+        if not 0 <= a < x.ndim:
+            raise ValueError(f"QLinearSoftmax: axis {axis} is outside X's dimensions {list(x.shape)}")
+        rows = x.reshape(math.prod(x.shape[:a]), -1) if opset < 13 else np.moveaxis(x, a, -1)
+        v = rows.astype(np.float64) * float(scalar(x_scale))
+        e = np.exp(v - v.max(axis=-1, keepdims=True))
+        with np.errstate(divide="ignore"):
+            multiplier = np.floor(1.0 / float(scalar(y_scale)))
+        y = saturate(e * multiplier / e.sum(axis=-1, keepdims=True), scalar(y_zero), x.dtype)
+        y = y.reshape(x.shape) if opset < 13 else np.moveaxis(y, -1, a)
+        return np.ascontiguousarray(y)
 
     return run

@@ -25,6 +25,7 @@ from dispatch.graph import Graph, Node
 from dispatch.registry import ImplTable, Priority
 from impls import region_quirks, regions
 from impls.onnxruntime.settings import SETTINGS as SETTINGS  # set by the backend's configure
+from impls.onnxruntime.u8s8 import saturates_u8s8, widen_int8_weights
 from impls.region_profile import MemoryProbe, first_run
 from impls.regions import _cut_points as _cut_points  # re-exported: tests import it from here
 from impls.regions import _cut_value as _cut_value
@@ -170,6 +171,9 @@ def session(region: FusedNode, optimization: str = "all", profile_dir: str | Non
     weights: dict[str, np.ndarray] = {}
     if model is None:
         model = region_model(region, weights)
+    if saturates_u8s8() and _multiplies_int8(region):
+        # this CPU's uint8 x int8 kernels saturate (impls.onnxruntime.u8s8): the exact form
+        widen_int8_weights(model, weights)
     if weights:  # taken from memory, not serialised into the model (see region_model)
         names = list(weights)
         so.add_external_initializers(names, [ort.OrtValue.ortvalue_from_numpy(weights[n]) for n in names])
@@ -181,6 +185,12 @@ def session(region: FusedNode, optimization: str = "all", profile_dir: str | Non
         # only when no other stream of a throughput plan shares the cores with it.
         so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+
+
+def _multiplies_int8(region: FusedNode) -> bool:
+    """Whether ``region`` holds an int8 constant that an integer kernel may multiply (a cheap
+    test before :func:`widen_int8_weights` reads the model)."""
+    return any(v is not None and v.is_const and v.dtype == np.int8 for n in region.nodes for v in n.inputs)
 
 
 def propose(graph: Graph) -> list[list[str]]:

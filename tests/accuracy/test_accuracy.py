@@ -308,7 +308,10 @@ def test_throughput_with_accuracy_serves_the_reduced_plan_measured_under_load(tm
     assert acc["held_out_served"]["error"] == pytest.approx(acc["held_out"]["error"], rel=1e-6)
     trials = plan.provenance["throughput"]["trials"]
     measured = {t["plan"] for t in trials if t["throughput"]}
-    assert "fakeprec whole scaled" in measured and measured - {"fakeprec whole scaled"}  # float32 ones too
+    # reduced plans (whole, or per block with every block reduced: which one the latency search
+    # ranks first on a loaded machine varies) and float32 ones are both measured under load
+    reduced = {label for label in measured if label.startswith("fakeprec ")}
+    assert reduced and measured - reduced, measured
     assert "the best float32 plan" in plan.provenance["throughput"]["why"]
     assert set(plan.nonfinite_fallback.precisions()) == {"float32"}
     # stored under the objective with concurrency, budget and data digest; served from threads

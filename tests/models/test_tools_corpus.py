@@ -38,6 +38,7 @@ from onnx import numpy_helper
 from dispatch import Session
 from dispatch.compare import MODEL_TOLERANCE, QUANTIZED_STEPS
 from tests.models.tools.make_tools_corpus import MAX_COMMITTED_BYTES, make_feeds, operators
+from tests.numpy.contrib_support import exact_on_this_cpu
 
 ort = pytest.importorskip("onnxruntime")
 
@@ -48,21 +49,13 @@ NAMES = sorted(COMMITTED)
 #: the two seeded inputs every model is compared on
 SEEDS = (0, 1)
 #: known failures, each with its cause (strict: a fix makes the test pass and the mark must go)
-DEFAULT_FAILS: dict[str, str] = {
-    "gpt2_opt_static_qop": "QLinearSoftmax has no numpy reference and the onnxruntime region is not "
-                           "offered it here (QGemm's input '.../c_proj/Reshape_output_0_quantized' has no "
-                           "static shape or dtype at import)",
-}
+DEFAULT_FAILS: dict[str, str] = {}
 TUNED_FAILS: dict[str, str] = {
     **DEFAULT_FAILS,
     "gpt2_nbits_b32_qdq": "onnxruntime fuses the int4 DequantizeLinear + MatMul into MatMulNBits at "
                           "accuracy level 4 (activations rounded to int8: 0.0058 off the exact math), "
                           "which the tuner rejects against the numpy reference; the winner then differs "
                           "from onnxruntime on the file",
-    "bert_opt_dyn_qop": "QEmbedLayerNormalization has no numpy reference, and the tuner's onnxruntime "
-                        "fallback reference does not reach it (RegistryError while tuning)",
-    "bert_opt_static_qop": "QEmbedLayerNormalization has no numpy reference, and the tuner's onnxruntime "
-                           "fallback reference does not reach it (RegistryError while tuning)",
 }
 
 
@@ -82,7 +75,11 @@ def _shapes(entry: dict[str, Any]) -> dict[str, list[int]]:
 
 
 def _expected(path: Path, feeds: dict[str, np.ndarray]) -> tuple[list[str], list[np.ndarray]]:
-    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    """onnxruntime's outputs on the file (default session options), or, on a CPU where its
+    uint8 x int8 kernels saturate, on the file with those weights widened to uint8: the exact
+    integer math (tests.numpy.contrib_support.exact_on_this_cpu)."""
+    model = exact_on_this_cpu(onnx.load(str(path)))
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     return [o.name for o in sess.get_outputs()], sess.run(None, feeds)
 
 

@@ -67,9 +67,26 @@ def run_ours(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray],
     return [np.asarray(o) for o in sess.run(None, dict(feeds))]
 
 
+def exact_on_this_cpu(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` as onnxruntime computes the operators' exact integer math on this CPU: itself,
+    or, where onnxruntime's uint8 x int8 kernels saturate (no VNNI: impls.onnxruntime.u8s8), a
+    copy with those int8 weights widened to uint8 (the same products, unsaturated)."""
+    from impls.onnxruntime.u8s8 import saturates_u8s8, widen_int8_weights
+
+    if not saturates_u8s8():
+        return model
+    widened = onnx.ModelProto()
+    widened.CopyFrom(model)
+    widen_int8_weights(widened)
+    return widened
+
+
 def run_ort(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+    """onnxruntime's outputs of ``model`` (its exact form on a CPU where uint8 x int8 saturates:
+    :func:`exact_on_this_cpu`)."""
     import onnxruntime as ort
 
+    model = exact_on_this_cpu(model)
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
     opts.intra_op_num_threads = 1

@@ -91,3 +91,47 @@ def test_embed_layer_norm_segment_ids_without_their_table_is_refused():
     model = one_node_model("EmbedLayerNormalization", given, ["out", "mask_index"], const=CONST)
     with pytest.raises(OpDispatchError, match="only one of segment_ids and segment_embedding"):
         run_ours(model, feeds_of(model, given))
+
+
+def qtable(arr: np.ndarray, dtype: type) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``arr`` quantized per tensor to ``dtype`` (onnxruntime's dynamic quantizer's way)."""
+    info = np.iinfo(dtype)
+    lo, hi = min(float(arr.min()), 0.0), max(float(arr.max()), 0.0)
+    scale = np.float32((hi - lo) / (int(info.max) - int(info.min)))
+    zero = np.asarray(np.clip(np.rint(info.min - lo / scale), info.min, info.max), dtype)
+    q = np.clip(np.rint(arr / scale) + zero.astype(np.float64), info.min, info.max).astype(dtype)
+    return q, np.asarray(scale, np.float32), zero
+
+
+def qinputs(segments: bool, mask: np.ndarray | None, dtype: type) -> tuple[list, tuple[str, ...]]:
+    floats = dict(inputs(segments, mask))
+    q = {k: qtable(floats[k], dtype) for k in CONST if floats[k] is not None}
+
+    def part(k: int) -> list:
+        return [(f"{name}{('_quant', '_scale', '_zero_point')[k]}", q[name][k] if name in q else None)
+                for name in CONST]
+
+    given = [("input_ids", floats["input_ids"]), ("segment_ids", floats["segment_ids"])]
+    given += [*part(0), ("mask", mask), *part(1), *part(2)]
+    return given, tuple(n for n, a in given[2:] if a is not None and n != "mask")
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+@pytest.mark.parametrize("segments", [True, False])
+@pytest.mark.parametrize("mask", ["none", "padding", "other_values"])
+def test_qembed_layer_norm(dtype, segments, mask):
+    """QEmbedLayerNormalization (the dynamic QOperator quantizer's form): tables, gamma and beta
+    uint8 or int8 with their zero points; layernorm_out and mask_index_out as onnxruntime's."""
+    given, const = qinputs(segments, MASKS[mask], dtype)
+    check_against_ort("QEmbedLayerNormalization", given, ["out", "mask_index"], const=const)
+
+
+def test_qembed_layer_norm_without_a_zero_point_is_a_load_error_that_names_it():
+    from dispatch.errors import ModelLoadError
+    from dispatch.onnx_import import import_model
+
+    given, const = qinputs(True, None, np.uint8)
+    given = [(n, None if n == "gamma_zero_point" else a) for n, a in given]
+    model = one_node_model("QEmbedLayerNormalization", given, ["out", "mask_index"], const=const)
+    with pytest.raises(ModelLoadError, match="input 16 is marked single"):
+        import_model(model)

@@ -427,3 +427,42 @@ def test_quantize_dynamic_bert_attention(tmp_path, weight_type, per_channel):
         feeds = {"x": rand(2, 5, 32), "mask": mask}
         _compare(model, feeds, ["numpy"], 1e-4, 1e-4)
         _compare(model, feeds, None, 1e-4, 1e-4)
+
+
+@pytest.mark.parametrize("dtype", QTYPES)
+@pytest.mark.parametrize("opset,axis,shape", [(13, None, (2, 3, 10)), (13, 1, (2, 7, 4)), (13, 0, (5, 3)),
+                                              (11, None, (2, 3, 4)), (11, 1, (2, 3, 4, 5)),
+                                              (13, None, (0, 6))],
+                         ids=["13-last", "13-middle", "13-first", "11-default", "11-flat", "empty"])
+def test_qlinear_softmax(dtype, opset, axis, shape):
+    """The quantizer's form (y_scale 1/256, y_zero the type's minimum; its x scale and zero
+    point), along the axes of the fused Softmax's opset: before 13 the flattened tail from axis,
+    from 13 the axis alone (the default -1 either way, as onnxruntime reads the schema). One step
+    where onnxruntime's float32 sums put a value at the other side of a half."""
+    info = np.iinfo(dtype)
+    x = ints(shape, dtype)
+    attrs = {"opset": opset} if axis is None else {"opset": opset, "axis": axis}
+    check_exact("QLinearSoftmax", [("X", x), ("X_scale", f32(0.083)), ("x_zero_point", zp(dtype, 3)),
+                                   ("y_scale", f32(1 / 256)), ("y_zero_point", zp(dtype, int(info.min)))],
+                attrs, const=("X_scale", "x_zero_point", "y_scale", "y_zero_point"), steps=1)
+
+
+def test_qlinear_softmax_y_scale_as_onnxruntime_reads_it():
+    """A y_scale whose inverse is not an integer: onnxruntime multiplies by floor(1 / y_scale)."""
+    x = ints((3, 16), np.uint8)
+    ours = check_exact("QLinearSoftmax", [("X", x), ("X_scale", f32(0.02)), ("x_zero_point", zp(np.uint8, 0)),
+                                          ("y_scale", f32(0.0031)), ("y_zero_point", zp(np.uint8, 0))],
+                       {"opset": 13}, steps=1)
+    assert int(ours.max()) > 0
+
+
+def test_qlinear_softmax_without_opset_is_a_load_error_that_names_it():
+    from dispatch.errors import ModelLoadError
+    from dispatch.onnx_import import import_model
+
+    x = ints((2, 4), np.uint8)
+    given = [("X", x), ("X_scale", f32(0.1)), ("x_zero_point", zp(np.uint8, 0)), ("y_scale", f32(1 / 256)),
+             ("y_zero_point", zp(np.uint8, 0))]
+    model = one_node_model("QLinearSoftmax", given, ["Y"])
+    with pytest.raises(ModelLoadError, match="Required attribute 'opset' is missing"):
+        import_model(model)

@@ -10,6 +10,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from dispatch.session import Session
+from tests.numpy.contrib_support import exact_on_this_cpu
 
 ort = pytest.importorskip("onnxruntime")
 
@@ -33,7 +34,8 @@ def _rand(rng: np.random.Generator, dtype: type, shape) -> np.ndarray:
 def _run_both(node, feeds: dict[str, np.ndarray], out_type: int,
               onnx_reference: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """The numpy backend's result and onnxruntime's (onnx's reference evaluator's with
-    ``onnx_reference``) of one-node ``node``; feeds named ``c_*`` are initializers."""
+    ``onnx_reference``) of one-node ``node``; feeds named ``c_*`` are initializers. onnxruntime
+    runs the model's exact form (tests.numpy.contrib_support.exact_on_this_cpu)."""
     inputs = [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape))
               for k, v in feeds.items() if not k.startswith("c_")]
     inits = [numpy_helper.from_array(v, k) for k, v in feeds.items() if k.startswith("c_")]
@@ -46,9 +48,9 @@ def _run_both(node, feeds: dict[str, np.ndarray], out_type: int,
         from onnx.reference import ReferenceEvaluator
 
         want = ReferenceEvaluator(model).run(None, runtime)[0]
-    else:
-        want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
-            None, runtime)[0]
+    else:  # (where this CPU's uint8 x int8 kernels saturate, the same products unsaturated)
+        exact = exact_on_this_cpu(model).SerializeToString()
+        want = ort.InferenceSession(exact, providers=["CPUExecutionProvider"]).run(None, runtime)[0]
     got = Session(model, store=False, backends=["numpy"]).run(None, runtime)[0]
     return got, want
 

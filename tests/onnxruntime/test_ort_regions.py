@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import numpy as np
+import onnx
 import pytest
 
 from dispatch import Session
@@ -246,19 +247,27 @@ def _matmul_integer(weight_dtype: type) -> tuple[object, np.ndarray, np.ndarray]
     return model, a, a.astype(np.int64) @ w.astype(np.int64)
 
 
-@pytest.mark.parametrize("vnni", [True, False])
-def test_uint8_by_int8_integer_ops_are_refused_without_vnni_only(monkeypatch, vnni):
+@pytest.mark.parametrize("saturates", [True, False])
+def test_uint8_by_int8_weights_computed_at_run_time_are_refused_where_the_cpu_saturates(monkeypatch,
+                                                                                       saturates):
+    """A constant int8 weight is never refused (the region widens it to uint8 where the CPU
+    saturates: impls.onnxruntime.u8s8); one computed at run time is, on such a CPU only."""
     from dispatch.onnx_import import import_model
     from impls import region_quirks
+    from impls.onnxruntime import u8s8
 
-    flags = {"avx2", "sse4_1", "fma"} | ({"avx512f", "avx512_vnni"} if vnni else set())
-    monkeypatch.setattr(region_quirks, "_cpu_flags", lambda: frozenset(flags))
+    monkeypatch.setattr(u8s8, "saturates_u8s8", lambda: saturates)
     model, _, _ = _matmul_integer(np.int8)
-    node = import_model(model).nodes[0]
-    why = region_quirks.onnxruntime_reason(node)
-    assert (why is None) == vnni
+    assert region_quirks.onnxruntime_reason(import_model(model).nodes[0]) is None
+    runtime_weight = onnx.ModelProto()
+    runtime_weight.CopyFrom(model)
+    w = runtime_weight.graph.initializer.pop()
+    runtime_weight.graph.input.append(onnx.helper.make_tensor_value_info("w", w.data_type, list(w.dims)))
+    why = region_quirks.onnxruntime_reason(import_model(runtime_weight).nodes[0])
+    assert (why is not None) == saturates
     if why:
-        assert "MatMulInteger" in why and "saturates" in why and "VNNI" in why
+        assert "MatMulInteger" in why and "saturates on this CPU" in why
+        assert "'w' is computed at run time" in why
     model, _, _ = _matmul_integer(np.uint8)  # uint8 weights: exact on every CPU
     assert region_quirks.onnxruntime_reason(import_model(model).nodes[0]) is None
 

@@ -224,8 +224,9 @@ if not _has_avx512():
 
 if not region_quirks.has_vnni():
     # onnxruntime's uint8 x int8 kernels without VNNI saturate pairs of products in 16 bits
-    # (impls.region_quirks._onnxruntime_u8s8): its regions refuse MatMulInteger's int8 weights
-    REFUSALS[("Region.onnxruntime.session*", "*")] += r"|saturates on a CPU without VNNI"
+    # (impls.region_quirks._onnxruntime_u8s8): its regions widen constant int8 weights to uint8
+    # and refuse MatMulInteger's int8 weights computed at run time
+    REFUSALS[("Region.onnxruntime.session*", "*")] += r"|saturates on this CPU"
 
 if _has_avx512():
     DIFFERENCES[("Region.openvino.compiled", "Gelu", "overflow|nonfinite")] = (
