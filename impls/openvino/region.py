@@ -71,8 +71,8 @@ _CONTRIB_QOPERATOR = ("never offered to OpenVINO yet: onnxruntime's QOperator-fo
                       "EmbedLayerNormalization are not measured against the reference on OpenVINO")
 UNSUPPORTED_OPS.update({f"com.microsoft::{op}": _CONTRIB_QOPERATOR for op in (
     "QLinearAdd", "QLinearMul", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearConcat",
-    "QLinearGlobalAveragePool", "QLinearAveragePool", "QGemm", "QAttention", "DynamicQuantizeLSTM",
-    "EmbedLayerNormalization")})
+    "QLinearGlobalAveragePool", "QLinearAveragePool", "QLinearSoftmax", "QGemm", "QAttention",
+    "DynamicQuantizeLSTM", "EmbedLayerNormalization", "QEmbedLayerNormalization")})
 
 #: dtypes the CPU plugin computes in a narrower type (it converts them at the model's edges and
 #: runs the kernels in the narrower one), so their values may change on the way through

@@ -1,7 +1,7 @@
 """Edge cases (see :mod:`tests.reliability.numerics_cases`) of onnxruntime's QOperator-format
 operators and EmbedLayerNormalization (issue 52: com.microsoft's QLinearAdd, QLinearMul,
-QLinearSigmoid, QLinearLeakyRelu, QLinearConcat, QLinearGlobalAveragePool, QAttention,
-DynamicQuantizeLSTM, EmbedLayerNormalization), registered into
+QLinearSigmoid, QLinearLeakyRelu, QLinearConcat, QLinearGlobalAveragePool, QLinearSoftmax,
+QAttention, DynamicQuantizeLSTM, EmbedLayerNormalization, QEmbedLayerNormalization), registered into
 :data:`~tests.reliability.numerics_cases.BUILDERS` by :mod:`tests.reliability.cases_contrib`
 (which merges :data:`ORACLES` and :data:`DIFFERENCES` into its own).
 
@@ -21,7 +21,7 @@ from tests.reliability.cases_contrib import MS, _done, _key, _seq_shapes
 from tests.reliability.numerics_cases import Build, Case, _sname, act_shapes, builder, gemm_shapes
 
 _QOPS = ("QLinearAdd", "QLinearMul", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearConcat",
-         "QLinearGlobalAveragePool", "QLinearAveragePool", "QGemm")
+         "QLinearGlobalAveragePool", "QLinearAveragePool", "QLinearSoftmax", "QGemm")
 
 #: Documented differences (merged into test_edge_numerics' DIFFERENCES): (implementation glob,
 #: op glob, edge glob) -> (the Tolerance's fields, why).
@@ -75,6 +75,11 @@ def qlinear_cases(key: str, edge: str) -> list[Case]:
             inputs = [*_qparams(b, 0.05, dtype), x, *_qparams(b, 0.05, dtype), other,
                       *_qparams(b, 0.03, dtype)]
             out.append(_done(b, b.op_(op, inputs, domain=MS, axis=1)))
+        elif op == "QLinearSoftmax":  # the fused Softmax's opset: 13 (one axis) or 12 (the tail)
+            opset, axis = (13, -1) if k % 2 == 0 else (12, 1)
+            y_zero = np.array(0 if dtype == np.uint8 else -128, dtype)
+            inputs = [x, *_qparams(b, 0.05, dtype), b.const(np.array(1 / 256, np.float32)), b.const(y_zero)]
+            out.append(_done(b, b.op_(op, inputs, domain=MS, opset=opset, axis=axis)))
         elif op == "QLinearAveragePool":
             inputs = [x, *_qparams(b, 0.05, dtype), *_qparams(b, 0.03, dtype)]
             out.append(_done(b, b.op_(op, inputs, domain=MS, kernel_shape=[min(h, 3), min(w, 2)],
@@ -144,6 +149,25 @@ def embed_cases(key: str, edge: str) -> list[Case]:
     return out
 
 
+@builder(_key("QEmbedLayerNormalization"))
+def qembed_cases(key: str, edge: str) -> list[Case]:
+    out = []
+    for k, (n, s, h) in enumerate(_seq_shapes(edge)):
+        b = Build(key, edge, _sname((n, s, h)))
+        dtype = np.uint8 if k % 2 == 0 else np.int8
+        ids = b.x((n, s), array=b.rng.integers(0, 11, (n, s)).astype(np.int32))
+        segs = b.x((n, s), array=b.rng.integers(0, 2, (n, s)).astype(np.int32))
+        tables = [b.const(_ints(b, shape, dtype)) for shape in ((11, h), (s + 2, h), (2, h), (h,), (h,))]
+        scales = [b.const(np.array(v, np.float32)) for v in (0.02, 0.01, 0.03, 0.008, 0.004)]
+        points = (3, 1, 0, 2, 5) if dtype == np.int8 else (130, 128, 127, 3, 120)
+        zeros = [b.const(np.array(z, dtype)) for z in points]
+        inputs = [ids, segs, *tables, "", *scales, *zeros]
+        eps = 1e-5 if k % 2 else 1e-12
+        y, mask_index = b.op_("QEmbedLayerNormalization", inputs, 2, domain=MS, epsilon=eps)
+        out.append(_done(b, y, mask_index))
+    return out
+
+
 # -- float64 formulas -----------------------------------------------------------------------------
 
 
@@ -173,6 +197,14 @@ def _qunary(node: Node, x, sx, zx, sy, zy) -> np.ndarray:
 def _qconcat(node: Node, sy, zy, *triples) -> np.ndarray:
     parts = [_deq(triples[k], triples[k + 1], triples[k + 2]) for k in range(0, len(triples), 3)]
     return _requantize(np.concatenate(parts, axis=int(node.attr("axis"))), sy, zy)
+
+
+def _qsoftmax(node: Node, x, sx, zx, sy, zy) -> np.ndarray:
+    v = _deq(x, sx, zx)
+    axis = int(node.attr("axis", -1))
+    rows = v.reshape(int(np.prod(v.shape[:axis])), -1) if int(node.attr("opset")) < 13 else v
+    e = np.exp(rows - rows.max(axis=-1, keepdims=True))
+    return _requantize((e / e.sum(axis=-1, keepdims=True)).reshape(v.shape), sy, zy)
 
 
 def _qpool(node: Node, x, sx, zx, sy, zy) -> np.ndarray:
@@ -251,6 +283,15 @@ def _embed(node: Node, ids, segs, word, pos, seg, gamma, beta) -> np.ndarray:
     return y.astype(word.dtype)
 
 
+def _qembed(node: Node, ids, segs, word, pos, seg, gamma, beta, *params) -> tuple[np.ndarray, np.ndarray]:
+    """(the tables dequantized, then EmbedLayerNormalization; mask_index zeros: no mask)"""
+    scales, zeros = params[:5], params[5:]
+    quantized = (word, pos, seg, gamma, beta)
+    tables = [_deq(t, sc, z).astype(np.float32) for t, sc, z in zip(quantized, scales, zeros)]
+    y = _embed(node, ids, segs, *tables)
+    return y, np.zeros(ids.shape[0], np.int32)
+
+
 #: the float64 formulas by registry op key (merged into cases_contrib.ORACLES)
 ORACLES: dict[str, Callable[..., np.ndarray]] = {
     _key("QLinearAdd"): _qbinary,
@@ -264,4 +305,6 @@ ORACLES: dict[str, Callable[..., np.ndarray]] = {
     _key("QAttention"): _qattention,
     _key("DynamicQuantizeLSTM"): _dq_lstm,
     _key("EmbedLayerNormalization"): _embed,
+    _key("QLinearSoftmax"): _qsoftmax,
+    _key("QEmbedLayerNormalization"): _qembed,
 }

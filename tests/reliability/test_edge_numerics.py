@@ -2,10 +2,12 @@
 every layout converter round trip bit for bit.
 
 Implementations: every registered implementation of every available backend, taken from the
-registry (single-node, fused patterns, and the onnxruntime region implementation over every
-op's cases), on the edge kinds of :mod:`tests.reliability.numerics_cases` — 1x1 spatial, channel
-counts not divisible by the block, batch 3, tiny (~1e-30 and denormal), huge (~1e30), overflowing
-(~3e38), zero, and non-finite (NaN, +-inf) inputs. Each (implementation, edge kind) is one test that runs the
+registry (single-node, fused patterns, and the library region implementations over every op's
+cases: a fused pattern's case as the region of the whole pattern; a library's settings variant,
+onnxruntime's session_extended, over the ops its setting changes), on the edge kinds of
+:mod:`tests.reliability.numerics_cases` — 1x1 spatial, channel counts not divisible by the
+block, batch 3, tiny (~1e-30 and denormal), huge (~1e30), overflowing (~3e38), zero, and
+non-finite (NaN, +-inf) inputs. Each (implementation, edge kind) is one test that runs the
 implementation on every case of its op where the tuner would offer it (its ``supports()`` and
 layouts accept the node) and compares with the reference (see numerics_harness). Where it is
 not offered, its refusal must carry a reason; an implementation that runs no case of an edge
@@ -25,6 +27,7 @@ from __future__ import annotations
 import fnmatch
 import re
 from collections import Counter
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -240,12 +243,26 @@ if _has_avx512():
 RUNS: Counter[tuple[str, str]] = Counter()
 
 
+#: the operators whose one-node onnxruntime graph the NCHWc transformer rewrites by itself (the
+#: layout optimisations: all that level "all" adds to "extended"), and the fused patterns that
+#: start with one of them (their next nodes follow it into the blocked layout)
+NCHWC_OPS = frozenset({"Conv", "MaxPool", "AveragePool", "GlobalMaxPool", "GlobalAveragePool"})
+#: region implementations that are a library's settings variant of another one: they run the
+#: ops their setting changes (elsewhere the library runs the same kernels, which its default
+#: region implementation's cases check)
+SETTINGS_VARIANT_OPS: dict[str, Callable[[str], bool]] = {
+    "Region.onnxruntime.session_extended": lambda op: op.split("+")[0] in NCHWC_OPS,
+}
+
+
 def _params() -> list[tuple[str, str, str]]:
     reg = registry()
     keys = op_keys(reg)
     out = []
     for impl in impls_under_test(reg):
-        for op in keys if impl.is_region else [impl.op]:
+        ops = keys if impl.is_region else [impl.op]
+        runs = SETTINGS_VARIANT_OPS.get(impl.name)
+        for op in ops if runs is None else [k for k in ops if runs(k)]:
             out.extend((impl.name, op, edge) for edge in EDGES)
     return out
 
@@ -291,6 +308,11 @@ def test_implementation_matches_reference_on_edge_cases(impl_name: str, op: str,
     ran, failures, refused = 0, [], []
     for p in prepared(op, edge):
         cands = candidates_of(p, impl)
+        if impl.is_region and "+" in op and cands:
+            # a fused pattern's case in a library region: the region of the whole pattern (what
+            # the library may fuse); its nodes alone are the single operators' cases
+            widest = max(len(c.nodes) for c in cands)
+            cands = [c for c in cands if len(c.nodes) == widest]
         if not cands:
             reasons = rejections_of(p, impl)
             assert reasons and all(isinstance(r, str) and r.strip() for r in reasons), (
