@@ -10,7 +10,9 @@ Softmax) of those and of a small CNN, MatMulNBits 4-bit weights (block sizes 32 
 symmetric and not; one in the QDQ format of blocked int4 DequantizeLinear), NNCF's QDQ output.
 
 Each committed model loads in a default Session and matches onnxruntime (default session
-options, CPU: what a user runs on the same file) on every output, shapes and dtypes included,
+options, CPU: what a user runs on the same file; int4 QDQ weights fused at accuracy level 0,
+float activations, as the file defines them; on a CPU where onnxruntime's uint8 x int8 kernels
+saturate, its exact form: tests.numpy.contrib_support.exact_on_this_cpu) on every output, shapes and dtypes included,
 for two different seeded inputs; a slow test tunes each on a small budget and checks the tuned
 plan against onnxruntime the same way.
 
@@ -37,6 +39,7 @@ from onnx import numpy_helper
 
 from dispatch import Session
 from dispatch.compare import MODEL_TOLERANCE, QUANTIZED_STEPS
+from impls.onnxruntime.region import QDQ_MATMULNBITS_LEVEL
 from tests.models.tools.make_tools_corpus import MAX_COMMITTED_BYTES, make_feeds, operators
 from tests.numpy.contrib_support import exact_on_this_cpu
 
@@ -50,13 +53,7 @@ NAMES = sorted(COMMITTED)
 SEEDS = (0, 1)
 #: known failures, each with its cause (strict: a fix makes the test pass and the mark must go)
 DEFAULT_FAILS: dict[str, str] = {}
-TUNED_FAILS: dict[str, str] = {
-    **DEFAULT_FAILS,
-    "gpt2_nbits_b32_qdq": "onnxruntime fuses the int4 DequantizeLinear + MatMul into MatMulNBits at "
-                          "accuracy level 4 (activations rounded to int8: 0.0058 off the exact math), "
-                          "which the tuner rejects against the numpy reference; the winner then differs "
-                          "from onnxruntime on the file",
-}
+TUNED_FAILS: dict[str, str] = {**DEFAULT_FAILS}
 
 
 def _marked(fails: dict[str, str]) -> list:
@@ -75,11 +72,16 @@ def _shapes(entry: dict[str, Any]) -> dict[str, list[int]]:
 
 
 def _expected(path: Path, feeds: dict[str, np.ndarray]) -> tuple[list[str], list[np.ndarray]]:
-    """onnxruntime's outputs on the file (default session options), or, on a CPU where its
-    uint8 x int8 kernels saturate, on the file with those weights widened to uint8: the exact
-    integer math (tests.numpy.contrib_support.exact_on_this_cpu)."""
+    """onnxruntime's outputs on the file (default session options but the accuracy level of the
+    MatMulNBits it fuses from int4 QDQ weights), or, on a CPU where its uint8 x int8 kernels
+    saturate, on the file with those weights widened to uint8: the exact integer math
+    (tests.numpy.contrib_support.exact_on_this_cpu)."""
     model = exact_on_this_cpu(onnx.load(str(path)))
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    so = ort.SessionOptions()
+    # int4 QDQ MatMuls as the file defines them (float activations), as the regions run them
+    # (impls.onnxruntime.region.QDQ_MATMULNBITS_LEVEL), not with activations rounded to int8
+    so.add_session_config_entry("session.qdq_matmulnbits_accuracy_level", QDQ_MATMULNBITS_LEVEL)
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
     return [o.name for o in sess.get_outputs()], sess.run(None, feeds)
 
 
