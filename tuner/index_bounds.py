@@ -29,6 +29,25 @@ def _axis_size(data: Value | None, axis: int) -> int | None:
     return int(data.shape[axis])
 
 
+#: com.microsoft's embedding operators: (input of ids, input of the table they index) pairs
+#: (input_ids -> word_embedding, segment_ids -> segment_embedding, position_ids ->
+#: position_embedding; QEmbedLayerNormalization has no position_ids)
+EMBEDDING_IDS: dict[str, tuple[tuple[int, int], ...]] = {
+    "EmbedLayerNormalization": ((0, 2), (1, 4), (8, 3)),
+    "QEmbedLayerNormalization": ((0, 2), (1, 4)),
+}
+
+
+def _index_limits(node: Node) -> list[tuple[int, int]]:
+    """(input position of the indices, how many values the indexed axis holds) of each index
+    input of ``node``."""
+    if node.domain == "com.microsoft" and node.op_type in EMBEDDING_IDS:
+        return [(k, size) for k, table in EMBEDDING_IDS[node.op_type]
+                if node.input(k) is not None and (size := _axis_size(node.input(table), 0)) is not None]
+    limit = _index_limit(node)
+    return [] if limit is None else [limit]
+
+
 def _index_limit(node: Node) -> tuple[int, int] | None:
     """(input position of the indices, how many values the indexed axis holds) of ``node``."""
     op = node.op_type
@@ -51,11 +70,9 @@ def index_bounds(nodes: Iterable[Node]) -> dict[str, int]:
     nodes = list(nodes)
     producer = {o.name: n for n in nodes for o in n.outputs}
     bounds: dict[str, int] = {}
-    for node in nodes:
-        limit = _index_limit(node)
-        if limit is None or limit[1] <= 0:
+    for node, (k, size) in ((n, limit) for n in nodes for limit in _index_limits(n)):
+        if size <= 0:
             continue
-        k, size = limit
         todo = [node.input(k)]
         seen: set[str] = set()
         while todo:

@@ -12,8 +12,8 @@ symmetric and not; one in the QDQ format of blocked int4 DequantizeLinear), NNCF
 Each committed model loads in a default Session and matches onnxruntime (default session
 options, CPU: what a user runs on the same file; int4 QDQ weights fused at accuracy level 0,
 float activations, as the file defines them; on a CPU where onnxruntime's uint8 x int8 kernels
-saturate, its exact form: tests.numpy.contrib_support.exact_on_this_cpu) on every output, shapes and dtypes included,
-for two different seeded inputs; a slow test tunes each on a small budget and checks the tuned
+saturate, its exact form: tests.numpy.contrib_support.exact_on_this_cpu) on every output,
+shapes and dtypes included, for two different seeded inputs; a slow test tunes each on a small budget and checks the tuned
 plan against onnxruntime the same way.
 
 Tolerance: :data:`dispatch.compare.MODEL_TOLERANCE` (rtol 1e-3, atol 1e-4 of
@@ -181,3 +181,25 @@ def test_tuned_plan_matches_onnxruntime(name, tmp_path):
         names, want = _expected(path, feed)
         _assert_match(sess.run(None, feed), names, want, f"{name} seed {seed} (tuned)",
                       _allowed_steps(name))
+
+
+@pytest.mark.parametrize("name", ["bert_opt", "bert_opt_dyn_qop"])
+def test_an_optimized_bert_tunes_on_random_inputs(name, tmp_path):
+    """Without representative inputs the tuner draws random ids: those reaching the embedding
+    operators (EmbedLayerNormalization's input_ids, segment_ids and position_ids, and the
+    quantized form's) stay inside the table each indexes (tuner/index_bounds.py), so tuning
+    runs; the plan then matches onnxruntime on real feeds."""
+    from tuner.index_bounds import index_bounds
+
+    entry = COMMITTED[name]
+    path = _path(name)
+    sess = Session(str(path), input_shapes=_shapes(entry), store=str(tmp_path / "plans.sqlite"))
+    embed = next(n for n in sess.graph.nodes if n.op_type.endswith("EmbedLayerNormalization"))
+    bounds = index_bounds(sess.graph.nodes)
+    assert bounds[embed.input(0).name] == embed.input(2).shape[0]
+    assert bounds[embed.input(1).name] == embed.input(4).shape[0]
+    assert sess.tune(budget_s=1, progress=False).plan_id is not None
+    feeds = make_feeds(entry["inputs"], entry["dims"], SEEDS[0])
+    names, want = _expected(path, feeds)
+    _assert_match(sess.run(None, feeds), names, want, f"{name} (tuned on random inputs)",
+                  _allowed_steps(name))
