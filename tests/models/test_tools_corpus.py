@@ -13,8 +13,8 @@ Each committed model loads in a default Session and matches onnxruntime (default
 options, CPU: what a user runs on the same file; int4 QDQ weights fused at accuracy level 0,
 float activations, as the file defines them; on a CPU where onnxruntime's uint8 x int8 kernels
 saturate, its exact form: tests.numpy.contrib_support.exact_on_this_cpu) on every output,
-shapes and dtypes included, for two different seeded inputs; a slow test tunes each on a small budget and checks the tuned
-plan against onnxruntime the same way.
+shapes and dtypes included, for two different seeded inputs; a slow test tunes each on a small
+budget and checks the tuned plan against onnxruntime the same way.
 
 Tolerance: :data:`dispatch.compare.MODEL_TOLERANCE` (rtol 1e-3, atol 1e-4 of
 max(1, max |reference|)) for every float output; integer outputs exactly. Wider, for the
