@@ -187,11 +187,21 @@ def ms_qlinear_mul(node: Node) -> Kernel:
     return run
 
 
-def _unary_reason(node: Node) -> str | None:
-    names = {1: "X_scale", 2: "X_zero_point", 3: "Y_scale", 4: "Y_zero_point"}
+def one_input_reason(node: Node, names: dict[int, str]) -> str | None:
+    """Why ``node`` of the form (X, x scale, x zero point, y scale, y zero point), its input
+    names ``names``, is not covered: X and the zero points one quantized type, float32
+    scales, one value each."""
     return first_reason(check_dtypes(node, QTYPES, (0, 2, 4), same=True),
                         check_dtypes(node, frozenset({"float32"}), (1, 3)),
                         per_tensor_reason(node, (1, 2, 3, 4), names))
+
+
+#: the input names of the quantized pools
+POOL_INPUTS = {1: "x_scale", 2: "x_zero_point", 3: "y_scale", 4: "y_zero_point"}
+
+
+def _unary_reason(node: Node) -> str | None:
+    return one_input_reason(node, {1: "X_scale", 2: "X_zero_point", 3: "Y_scale", 4: "Y_zero_point"})
 
 
 def _unary_kernel(fn: Callable[[np.ndarray], np.ndarray]) -> Kernel:
@@ -264,10 +274,7 @@ def _pool_reason(node: Node) -> str | None:
     if x is not None and x.shape is not None and len(x.shape) < 3:
         return (f"QLinearGlobalAveragePool with X of shape {list(x.shape)}: supported are 3-D and more "
                 f"(N, C, spatial...) or, channels_last, (N, spatial..., C)")
-    names = {1: "x_scale", 2: "x_zero_point", 3: "y_scale", 4: "y_zero_point"}
-    return first_reason(check_dtypes(node, QTYPES, (0, 2, 4), same=True),
-                        check_dtypes(node, frozenset({"float32"}), (1, 3)),
-                        per_tensor_reason(node, (1, 2, 3, 4), names))
+    return one_input_reason(node, POOL_INPUTS)
 
 
 @impls.register("QLinearGlobalAveragePool", "ms_int_sum", domain=MS_DOMAIN, priority=Priority.DEFAULT,
@@ -352,10 +359,7 @@ def _average_pool_reason(node: Node) -> str | None:
     kernel = node.attr("kernel_shape")
     if kernel is None or any(int(k) < 1 for k in kernel):
         return f"QLinearAveragePool with kernel_shape={kernel}: supported are positive sizes"
-    names = {1: "x_scale", 2: "x_zero_point", 3: "y_scale", 4: "y_zero_point"}
-    return first_reason(check_dtypes(node, QTYPES, (0, 2, 4), same=True),
-                        check_dtypes(node, frozenset({"float32"}), (1, 3)),
-                        per_tensor_reason(node, (1, 2, 3, 4), names),
+    return first_reason(one_input_reason(node, POOL_INPUTS),
                         window_reason(node, len(kernel)))
 
 
@@ -385,12 +389,8 @@ def ms_qlinear_average_pool(node: Node) -> Kernel:
 
 
 def _softmax_reason(node: Node) -> str | None:
-    if node.attr("opset") is None:
-        return "QLinearSoftmax without its 'opset' attribute: required (the opset of the Softmax it fused)"
-    names = {1: "X_scale", 2: "x_zero_point", 3: "y_scale", 4: "y_zero_point"}
-    return first_reason(check_dtypes(node, QTYPES, (0, 2, 4), same=True),
-                        check_dtypes(node, frozenset({"float32"}), (1, 3)),
-                        per_tensor_reason(node, (1, 2, 3, 4), names))
+    # (its required 'opset' attribute is checked when the model is imported)
+    return one_input_reason(node, {1: "X_scale", 2: "x_zero_point", 3: "y_scale", 4: "y_zero_point"})
 
 
 @impls.register("QLinearSoftmax", "ms_float64", domain=MS_DOMAIN, priority=Priority.DEFAULT,
