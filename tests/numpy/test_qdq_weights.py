@@ -119,13 +119,21 @@ def test_weight_dequantize_stays_unfolded_and_runs(kind, block):
     sess = Session(model, store=False, backends=["numpy"])
     assert [n.op_type for n in sess.graph.nodes] == ["DequantizeLinear", "MatMul"]
     np.testing.assert_allclose(sess.run(None, {"x": x})[0], want, rtol=1e-5, atol=1e-5)
-    # the default plan's onnxruntime region fuses the pattern as onnxruntime does on the file
-    # (its int8 kernels quantize the activations): it matches onnxruntime's default session
-    fused = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+    # the default plan's onnxruntime region fuses the pattern as onnxruntime does on the file, but
+    # at MatMulNBits accuracy level 0 (float activations, as the file defines them; onnxruntime's
+    # own default, level 4, rounds the activations to int8): it matches onnxruntime's session with
+    # that option, and the unfused float math
+    from impls.onnxruntime.region import QDQ_MATMULNBITS_LEVEL
+
+    so = ort.SessionOptions()
+    so.add_session_config_entry("session.qdq_matmulnbits_accuracy_level", QDQ_MATMULNBITS_LEVEL)
+    fused = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(
         None, {"x": x})[0]
     default = Session(model, store=False)
     assert "DequantizeLinear" in [n.op_type for n in default.graph.nodes]
-    np.testing.assert_allclose(default.run(None, {"x": x})[0], fused, rtol=1e-5, atol=1e-4)
+    got = default.run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, fused, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
 
 
 def test_a_qdq_models_dequantized_outputs_may_be_requantization_steps_apart():
