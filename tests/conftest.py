@@ -48,7 +48,7 @@ def pytest_collection_modifyitems(config, items):
         if homes:
             group = min(homes, key=len)
             item.add_marker(pytest.mark.xdist_group(group))
-            if config.getvalue("loadgroup") and "@" not in item.nodeid:
+            if getattr(config.option, "loadgroup", False) and "@" not in item.nodeid:
                 _suffix_group(item, group)
 
 

@@ -81,7 +81,7 @@ def _check(model, tmp_path: Path, budget_s: float, backends: list[str] | None = 
 
 
 def test_squeezenet_tuned_with_every_backend_keeps_nan_and_inf(tmp_path):
-    assert _check(light_model("squeezenet"), tmp_path, 40.0) == []
+    assert _check(light_model("squeezenet"), tmp_path, 15.0) == []
 
 
 def test_squeezenet_tuned_with_openvino_first_keeps_nan_and_inf(tmp_path):
@@ -93,7 +93,7 @@ def test_squeezenet_tuned_with_openvino_first_keeps_nan_and_inf(tmp_path):
         pytest.skip("OpenVINO is not installed here")
     backends = ["openvino", "native", "numpy"]
     out: list = []
-    assert _check(light_model("squeezenet"), tmp_path, 40.0, backends, tuned_out=out) == []
+    assert _check(light_model("squeezenet"), tmp_path, 15.0, backends, tuned_out=out) == []
     result, tuned = out
     print("\n" + result.summary())
     if "openvino" in result.plan.backends_used():
@@ -103,7 +103,7 @@ def test_squeezenet_tuned_with_openvino_first_keeps_nan_and_inf(tmp_path):
         assert ", guarded: NaN/Inf inputs run " in result.summary()
         assert tuned.guard is not None and tuned.guard.fallback_runs == len(KINDS)
     # the control: allowed to differ, the OpenVINO plan wins unguarded and drops the NaN
-    assert _check(light_model("squeezenet"), tmp_path, 40.0, backends, nonstrict=True) == list(KINDS)
+    assert _check(light_model("squeezenet"), tmp_path, 15.0, backends, nonstrict=True) == list(KINDS)
 
 
 @pytest.mark.skipif(not ON_DEMAND, reason="on demand: OPDISPATCH_NONFINITE_MODELS=1")
