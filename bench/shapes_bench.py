@@ -13,7 +13,10 @@ process, the second meets only shapes seen before):
   ``input_ids=1x1..128`` tunes one range plan, sampling the requests' shapes; without it, the
   untuned plan), i.e. a Session of the model with symbolic inputs, loaded before the clock
   starts (its load time is a column of its own);
-* ``onnxruntime``, ``openvino-latency``: :data:`tuner.replay.LIBRARIES`.
+* ``onnxruntime``, ``openvino-latency``: :data:`tuner.replay.LIBRARIES`;
+* ``--plan-of NAME=PATH`` (repeatable): a way ``NAME`` that replays the stored plan of another
+  file of the same model (``model_optimized.onnx``, a 4-bit variant...), tuned as ``plan`` is,
+  so that two files' tuned plans are timed side by side (the ``x plan`` column).
 
 Prints, per way, the medians over the rounds of each pass's seconds, requests/s and p50/p99, and
 the ratio of each pass's time to onnxruntime's; ``--json`` writes every round's figures.
@@ -54,13 +57,14 @@ def _run(cmd: list[str]) -> subprocess.CompletedProcess:
 
 
 def replay_once(way: str, model: Path, data: Path, store: Path,
-                objective: str = "latency") -> dict[str, Any]:
-    """One way in a process of its own: its replay's JSON."""
+                objective: str = "latency", plan: bool | None = None) -> dict[str, Any]:
+    """One way in a process of its own: its replay's JSON (``plan``: replay ``model``'s stored
+    plan; by default when ``way`` is ``plan``, else the library ``way``)."""
     with tempfile.TemporaryDirectory(prefix="shapes-bench-") as tmp:
         out = Path(tmp) / "replay.json"
         cmd = [sys.executable, "-m", "tuner.cli", "run", str(model), "--data", str(data),
                "--store", str(store), "--json", str(out)]
-        if way != "plan":
+        if not (way == "plan" if plan is None else plan):
             cmd += ["--library", way]
         else:
             cmd += ["--objective", objective]
@@ -74,15 +78,19 @@ def _median(rounds: list[dict[str, Any]], k: int, key: str) -> float:
     return statistics.median(r["passes"][k][key] for r in rounds)
 
 
-def table(results: dict[str, list[dict[str, Any]]]) -> str:
+def table(results: dict[str, list[dict[str, Any]]], plans: dict[str, Path] | None = None) -> str:
     """The medians per way and the ratios to onnxruntime (first pass, p99) and to the faster
-    library (second pass), as a markdown table."""
+    library (second pass), as a markdown table; with ways of other files' plans (``plans``),
+    the second pass also as a ratio to ``plan``'s."""
+    plans = plans or {}
     base = results.get("onnxruntime")
-    libs = [w for w in results if w != "plan"]
+    libs = [w for w in results if w != "plan" and w not in plans]
     best2 = min((_median(results[w], 1, "seconds") for w in libs), default=None)
+    own = _median(results["plan"], 1, "seconds") if plans and results.get("plan") else None
     rows = ["| way | first pass s | x onnxruntime | p50 ms | p99 ms | p99 x onnxruntime | "
-            "second pass s | x onnxruntime | x faster library | plan load s | peak RSS MB |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+            "second pass s | x onnxruntime | x faster library | " + ("x plan | " if own else "")
+            + "plan load s | peak RSS MB |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|" if own else "") + "---:|---:|"]
     for way, rounds in results.items():
         first, second = _median(rounds, 0, "seconds"), _median(rounds, 1, "seconds")
         p99 = _median(rounds, 0, "p99_ms")
@@ -94,8 +102,9 @@ def table(results: dict[str, list[dict[str, Any]]]) -> str:
         load = f"{statistics.median(loads):.2f}" if loads else "-"
         rss = [r.get("max_rss_mb") for r in rounds if r.get("max_rss_mb") is not None]
         peak = f"{statistics.median(rss):.0f}" if rss else "-"
+        rx = f"{second / own:.2f} | " if own else ""
         rows.append(f"| {way} | {first:.3f} | {r1} | {_median(rounds, 0, 'p50_ms'):.2f} | "
-                    f"{p99:.2f} | {rp} | {second:.3f} | {r2} | {rb} | {load} | {peak} |")
+                    f"{p99:.2f} | {rp} | {second:.3f} | {r2} | {rb} | {rx}{load} | {peak} |")
     return "\n".join(rows)
 
 
@@ -115,20 +124,33 @@ def main(argv: list[str] | None = None) -> int:
                              "then take reduced precision per bucket)")
     parser.add_argument("--store", type=Path, default=None,
                         help="the plan store (default: a new one in a temporary folder)")
+    parser.add_argument("--plan-of", action="append", default=[], metavar="NAME=PATH",
+                        help="also replay the tuned plan of another file of the model as way NAME")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
-    for path in (args.model, args.data):
+    plans: dict[str, Path] = {}
+    for spec in args.plan_of:
+        name, sep, path = spec.partition("=")
+        if not sep or not name or name in WAYS or name in plans:
+            parser.error(f"--plan-of takes NAME=PATH with a new way's name, received {spec!r}")
+        plans[name] = Path(path).expanduser()
+    for path in (args.model, args.data, *plans.values()):
         if not path.exists():
             parser.error(f"{path} does not exist: run python bench/models/shapes_models.py first")
     ways = [w.strip() for w in args.ways.split(",") if w.strip()]
     unknown = sorted(set(ways) - set(WAYS))
     if unknown:
         parser.error(f"unknown ways {unknown}; known: {', '.join(WAYS)}")
+    if plans and "plan" not in ways:
+        ways.insert(0, "plan")
+    ways += list(plans)
+    models = {w: plans.get(w, args.model) for w in ways}
     with tempfile.TemporaryDirectory(prefix="shapes-store-") as tmp:
         store = args.store or Path(tmp) / "plans.sqlite"
         tuned = None
-        if args.tune_budget is not None and "plan" in ways:
-            cmd = [sys.executable, "-m", "tuner.cli", "tune", str(args.model), "--shape",
+        summaries: dict[str, str] = {}
+        for way in (w for w in ways if args.tune_budget is not None and (w == "plan" or w in plans)):
+            cmd = [sys.executable, "-m", "tuner.cli", "tune", str(models[way]), "--shape",
                    args.tune_shape, "--budget", f"{args.tune_budget:g}", "--store", str(store),
                    "--no-progress"]
             if ".." in args.tune_shape:  # a range plan samples the requests' shapes
@@ -139,9 +161,9 @@ def main(argv: list[str] | None = None) -> int:
             proc = _run(cmd)
             if proc.returncode != 0:
                 raise SystemExit(f"tuning failed: {proc.stderr[-2000:]}")
-            tuned = proc.stdout.strip().splitlines()[-1]
+            tuned = summaries[way] = proc.stdout.strip().splitlines()[-1]
             print(proc.stdout[-3000:], flush=True)
-            print(f"tuned at {args.tune_shape} within {args.tune_budget:g} s: {tuned}", flush=True)
+            print(f"{way} tuned at {args.tune_shape} within {args.tune_budget:g} s: {tuned}", flush=True)
         objective = "latency"
         if args.tune_accuracy:
             sys.path.insert(0, str(ROOT))
@@ -152,7 +174,8 @@ def main(argv: list[str] | None = None) -> int:
         for k in range(args.rounds):
             order = ways if k % 2 == 0 else list(reversed(ways))  # alternating
             for way in order:
-                got = replay_once(way, args.model, args.data, store, objective)
+                got = replay_once(way, models[way], args.data, store, objective,
+                                  plan=way == "plan" or way in plans)
                 results[way].append(got)
                 p1, p2 = got["passes"]
                 print(f"round {k + 1} {way}: first pass {p1['seconds']:.3f} s, second pass "
@@ -162,9 +185,9 @@ def main(argv: list[str] | None = None) -> int:
           f"shapes ({args.data}); medians of {args.rounds} round(s), each way in a process of "
           f"its own" + (f"; plan tuned at {args.tune_shape} within {args.tune_budget:g} s"
                         if tuned else "; the plan untuned"))
-    print(table(results))
+    print(table(results, plans))
     if args.json:
-        args.json.write_text(json.dumps({"cpu": _cpu(), "tuned": tuned, "rounds": results},
+        args.json.write_text(json.dumps({"cpu": _cpu(), "tuned": summaries, "rounds": results},
                                         indent=2) + "\n")
     return 0
 

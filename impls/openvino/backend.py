@@ -59,3 +59,11 @@ class OpenVinoBackend(Backend):
         from impls.openvino.region import UNSUPPORTED_OPS
 
         return dict(UNSUPPORTED_OPS)
+
+    def region_extra_ops(self) -> frozenset[str]:
+        """The operators of other domains than ONNX's that its regions take (``domain::op``):
+        the contrib activations and normalizations its ONNX front end converts as the
+        references compute them."""
+        from impls.openvino.region import CONTRIB_OPS
+
+        return CONTRIB_OPS

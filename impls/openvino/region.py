@@ -55,13 +55,17 @@ UNSUPPORTED_OPS: dict[str, str] = {
 }
 
 #: onnxruntime's contrib operators (com.microsoft; dispatch.contrib_schemas), keyed
-#: ``domain::op``: not offered yet (OpenVINO 2026.4's ONNX front end converts all but
-#: BiasSplitGelu, untested against the reference on every edge case)
-_CONTRIB = ("never offered to OpenVINO yet: onnxruntime's contrib operators are not measured against "
-            "the reference on OpenVINO (its ONNX front end converts all of these but BiasSplitGelu)")
-UNSUPPORTED_OPS.update({f"com.microsoft::{op}": _CONTRIB for op in (
-    "Gelu", "FastGelu", "BiasGelu", "QuickGelu", "BiasSplitGelu", "SkipLayerNormalization",
-    "SkipSimplifiedLayerNormalization", "FusedMatMul")})
+#: ``domain::op``. Offered: the activations and normalizations OpenVINO's ONNX front end converts
+#: (Gelu, FastGelu, BiasGelu, QuickGelu, SkipLayerNormalization, SkipSimplifiedLayerNormalization,
+#: FusedMatMul), measured against the references on every edge case
+#: (tests/reliability/test_edge_numerics.py). Refused, with why:
+CONTRIB_OPS: frozenset[str] = frozenset(f"com.microsoft::{op}" for op in (
+    "Gelu", "FastGelu", "BiasGelu", "QuickGelu", "SkipLayerNormalization",
+    "SkipSimplifiedLayerNormalization", "FusedMatMul"))
+UNSUPPORTED_OPS.update({
+    "com.microsoft::BiasSplitGelu": "never offered to OpenVINO: its ONNX front end does not convert "
+                                    "com.microsoft BiasSplitGelu (OpenVINO 2026.4)",
+})
 _CONTRIB_ATTENTION = ("never offered to OpenVINO yet: onnxruntime's attention, rotary and quantized-matmul "
                       "contrib operators are not measured against the reference on OpenVINO")
 UNSUPPORTED_OPS.update({f"com.microsoft::{op}": _CONTRIB_ATTENTION for op in (
@@ -190,7 +194,7 @@ def node_reason(node: Node) -> str | None:
     """``None`` when OpenVINO can run ``node`` as the reference does, else why not."""
     if node.key_op != node.op_type and node.key_op in UNSUPPORTED_OPS:  # another domain's
         return f"{node.key_op}: {UNSUPPORTED_OPS[node.key_op]}"
-    why = static_node_reason(node)
+    why = static_node_reason(node, extra_ops=CONTRIB_OPS)
     if why is not None:
         return why
     if node.op_type in UNSUPPORTED_OPS:

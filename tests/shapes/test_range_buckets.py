@@ -108,10 +108,17 @@ RANGE2 = ShapeRange.bind([DeclaredInput("x", ("h", "w"), np.dtype(np.float32))],
 
 
 def test_a_range_of_more_shapes_than_can_be_kept_warm_is_cut_on_first_runs():
-    # b is faster once warm, but 701 shapes are more than a library should keep warm
+    # b is faster once warm, but 2,001 shapes are more than a library should keep warm
+    samples = [fake(100, {"a": 5.0, "b": 4.0}, {"a": 5.0, "b": 20.0}),
+               fake(2100, {"a": 9.0, "b": 7.0}, {"a": 9.0, "b": 25.0})]
+    buckets = plan_buckets(samples, 100, 2100, repeats=1.1, one_axis=True, limit_s=1e9)
+    assert [b.way for b in buckets] == ["a"] and not buckets[0].warm
+    # 701 (PP-OCRv4's recogniser's widths) are kept warm: b once warm decides
     samples = [fake(100, {"a": 5.0, "b": 4.0}, {"a": 5.0, "b": 20.0}),
                fake(800, {"a": 9.0, "b": 7.0}, {"a": 9.0, "b": 25.0})]
     buckets = plan_buckets(samples, 100, 800, repeats=1.1, one_axis=True, limit_s=1e9)
+    assert [b.way for b in buckets] == ["b"] and buckets[0].warm
+    buckets = plan_buckets(samples, 100, 800, repeats=1.1, one_axis=True, limit_s=1e9, max_shapes=700)
     assert [b.way for b in buckets] == ["a"] and not buckets[0].warm
 
 

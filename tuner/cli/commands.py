@@ -458,7 +458,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default 15; 0: none)")
     t.add_argument("--warm-max-shapes", type=int, default=None, metavar="N",
                    help="with a shape range: the most shapes warmed when the plan loads "
-                        "(default 256; each costs the library's per-shape state in memory)")
+                        "(default 1024; each costs the library's per-shape state in memory)")
     t.add_argument("--allow-nonstrict-nan", action="store_true",
                    help="let the plan differ from the reference on NaN/Inf inputs (e.g. oneDNN's "
                         "Relu(NaN) = 0), with no guard; by default the plan puts NaN and Inf "

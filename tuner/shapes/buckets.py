@@ -117,9 +117,11 @@ def cut(samples: Sequence[Sample], lo: int, hi: int, repeats: float,
 #: ``opdispatch tune --warm-limit S``)
 WARM_LIMIT_S = 15.0
 #: the most shapes a range plan warms when loaded: a library keeps per-shape state for each
-#: (OpenVINO's CPU plugin grew by 0.9 GB warming PP-OCRv4's recogniser at 701 widths, and its
-#: runtime cache, 5,000 entries by default, then evicted what had been warmed)
-WARM_MAX_SHAPES = 256
+#: (OpenVINO's CPU plugin grew by 0.8 GB warming PP-OCRv4's recogniser at its 701 widths; its
+#: whole-model ways keep room for this many shapes in their runtime cache:
+#: impls.openvino.whole_model.RUNTIME_CACHE_CAPACITY. At OpenVINO's default of 5,000 entries it
+#: evicted what had been warmed, and this bound was 256)
+WARM_MAX_SHAPES = 1024
 
 
 def _first_ms(samples: Sequence[Sample], way: str) -> float:
