@@ -30,6 +30,21 @@ def check_output_names(graph: Graph, output_names: Sequence[str] | None) -> list
         raise FeedError(f"unknown output name(s) {bad}; the model's outputs are {known}")
     return list(output_names)
 
+def feed_signature(feeds: Any) -> tuple | None:
+    """What :func:`check_feeds` judges of ``feeds`` (each name with its array's dtype and
+    shape, in the caller's order), ``None`` unless ``feeds`` is a ``dict`` of plain numpy
+    arrays: feeds of a signature checked once need no second check (the Session's fast path;
+    a masked array, a list or an ``np.matrix`` always takes the full check)."""
+    if type(feeds) is not dict:
+        return None
+    sig = []
+    for name, value in feeds.items():
+        if type(value) is not np.ndarray:
+            return None
+        sig.append((name, value.dtype, value.shape))
+    return tuple(sig)
+
+
 def check_feeds(graph: Graph, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
     """``feeds`` as plain arrays, each checked against its input's dtype and static shape;
     anything else raises :class:`~dispatch.errors.FeedError` saying what was received and
@@ -68,6 +83,18 @@ def _dims_text(dims: list[Any] | None) -> str:
     return "[" + ", ".join("?" if d is None else str(d) for d in dims) + "]"
 
 
+class _LazyDims:
+    """:func:`_dims_text` written only when an error message is (the check runs per request)."""
+
+    __slots__ = ("dims",)
+
+    def __init__(self, dims: list[Any] | None) -> None:
+        self.dims = dims
+
+    def __str__(self) -> str:
+        return _dims_text(self.dims)
+
+
 def _check(expected: Sequence[_Expected], feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
     if not isinstance(feeds, Mapping):
         raise FeedError(f"feeds must be a dict of input name -> array, received {type(feeds).__name__}")
@@ -85,7 +112,7 @@ def _check(expected: Sequence[_Expected], feeds: Mapping[str, Any]) -> dict[str,
     out: dict[str, np.ndarray] = {}
     for name, value in feeds.items():
         e = by_name[name]
-        want_shape = _dims_text(e.dims)
+        want_shape = _LazyDims(e.dims)
         if isinstance(value, np.ma.MaskedArray):
             raise FeedError(
                 f"input {name!r}: received a numpy masked array; its mask would be ignored: "

@@ -13,7 +13,8 @@ import onnx
 import pytest
 from onnx import helper
 
-from dispatch.session import _ONNX_TYPES, _type_string
+from dispatch.io_info import _ONNX_TYPES
+from dispatch.io_info import type_string as _type_string
 from tests.builders import small_cnn
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

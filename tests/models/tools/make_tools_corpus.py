@@ -505,38 +505,121 @@ def export_minilm(dst: Path) -> dict[str, Any]:
             "max_abs_difference_to_torch": diff}
 
 
-def sentence_cosines(float_path: Path, paths: list[Path]) -> dict[str, dict[str, float]]:
-    """Each model's sentence embeddings (mean-pooled ``last_hidden_state``, normalised, as
-    sentence-transformers makes them) against ``float_path``'s over the shapes benchmark's 120
-    real passages (onnxruntime, unpadded): the lowest and the mean cosine."""
-    import onnxruntime as ort
-
+def minilm_passages() -> list[dict[str, np.ndarray]]:
+    """The shapes benchmark's 120 real passages, tokenised unpadded by MiniLM's own tokenizer."""
     sys.path.insert(0, str(ROOT))
     from bench.models.accuracy_models import minilm_folder
     from bench.models.shapes_models import requests_text, tokenize_unpadded
 
     with minilm_folder(log) as folder:
-        requests = tokenize_unpadded(folder / "tokenizer.json", requests_text())
+        return tokenize_unpadded(folder / "tokenizer.json", requests_text())
 
-    def embed(sess: Any) -> np.ndarray:
-        out = []
-        for r in requests:
-            h, m = sess.run(None, r)[0], r["attention_mask"][..., None]
-            e = (h * m).sum(1) / m.sum(1)
-            out.append(e[0] / np.linalg.norm(e[0]))
-        return np.stack(out)
 
-    def session(p: Path) -> Any:
-        return ort.InferenceSession(str(p), providers=["CPUExecutionProvider"])
+def _ort(model: str | Path | onnx.ModelProto) -> Any:
+    import onnxruntime as ort
 
-    ref = embed(session(float_path))
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    src = model.SerializeToString() if isinstance(model, onnx.ModelProto) else str(model)
+    return ort.InferenceSession(src, so, providers=["CPUExecutionProvider"])
+
+
+def embed(session: Any, requests: list[dict[str, np.ndarray]]) -> np.ndarray:
+    """Sentence embeddings as sentence-transformers makes them: ``last_hidden_state`` mean-pooled
+    over the mask, normalised."""
+    out = []
+    for r in requests:
+        h, m = session.run(None, r)[0], r["attention_mask"][..., None]
+        e = (h * m).sum(1) / m.sum(1)
+        out.append(e[0] / np.linalg.norm(e[0]))
+    return np.stack(out)
+
+
+def sentence_cosines(float_path: Path, paths: list[Path],
+                     requests: list[dict[str, np.ndarray]] | None = None) -> dict[str, dict[str, float]]:
+    """Each model's sentence embeddings against ``float_path``'s over ``requests`` (default: the
+    shapes benchmark's 120 real passages; onnxruntime, unpadded): the lowest and the mean cosine."""
+    requests = requests if requests is not None else minilm_passages()
+    ref = embed(_ort(float_path), requests)
     result = {}
     for p in paths:
         if p.exists():
-            cos = (embed(session(p)) * ref).sum(1)
+            cos = (embed(_ort(p), requests) * ref).sum(1)
             result[p.stem] = {"min": round(float(cos.min()), 5), "mean": round(float(cos.mean()), 5),
                               "passages": len(requests)}
     return result
+
+
+def _with_quantized(model: onnx.ModelProto, quantized: onnx.ModelProto, outputs: set[str]) -> onnx.ModelProto:
+    """``model`` with the MatMul nodes writing ``outputs`` replaced by ``quantized``'s
+    MatMulNBits nodes writing the same tensors (with their initializers)."""
+    q_nodes = {n.output[0]: n for n in quantized.graph.node if n.op_type == "MatMulNBits"}
+    q_inits = {i.name: i for i in quantized.graph.initializer}
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    nodes = []
+    for n in out.graph.node:
+        if n.op_type == "MatMul" and n.output[0] in outputs:
+            q = q_nodes[n.output[0]]
+            nodes.append(q)
+            out.graph.initializer.extend(q_inits[i] for i in q.input[1:] if i in q_inits)
+        else:
+            nodes.append(n)
+    del out.graph.node[:]
+    out.graph.node.extend(nodes)
+    if not any(o.domain == "com.microsoft" for o in out.opset_import):
+        out.opset_import.append(onnx.helper.make_opsetid("com.microsoft", 1))
+    used = {i for n in out.graph.node for i in n.input}
+    kept = [i for i in out.graph.initializer if i.name in used]
+    del out.graph.initializer[:]
+    out.graph.initializer.extend(kept)
+    return out
+
+
+def quant_guided(src: Path, dst: Path, reference: Path, block_size: int = 16, target: float = 0.992,
+                 accuracy_level: int | None = None) -> dict[str, Any]:
+    """4-bit weights where the sentence embeddings tolerate them, chosen by measurement:
+    ``MatMulNBitsQuantizer`` with HQQ in blocks of ``block_size`` quantizes every MatMul of
+    ``src``; each quantized MatMul is then put alone into the float32 model and the lowest
+    sentence cosine to ``reference`` measured on the even-numbered of the 120 real passages;
+    the MatMuls are taken from the least sensitive on while the whole mix keeps its lowest cosine
+    on those passages at ``target`` or above (the rest stay float32). The odd-numbered passages
+    are held out: their figure is the one recorded (:func:`bench_models`)."""
+    from onnxruntime.quantization.matmul_nbits_quantizer import HQQWeightOnlyQuantConfig, MatMulNBitsQuantizer
+
+    model = onnx.load(str(src))
+    staged = onnx.ModelProto()
+    staged.CopyFrom(model)
+    q = MatMulNBitsQuantizer(staged, algo_config=HQQWeightOnlyQuantConfig(block_size=block_size, bits=4),
+                             accuracy_level=accuracy_level)
+    q.process()
+    quantized = q.model.model
+    if accuracy_level is not None:
+        for n in quantized.graph.node:
+            if n.op_type == "MatMulNBits" and not any(a.name == "accuracy_level" for a in n.attribute):
+                n.attribute.append(onnx.helper.make_attribute("accuracy_level", accuracy_level))
+    names = {n.output[0]: n.name for n in model.graph.node if n.op_type == "MatMul"}
+    candidates = [n.output[0] for n in quantized.graph.node if n.op_type == "MatMulNBits"]
+    passages = minilm_passages()[0::2]
+    ref = embed(_ort(reference), passages)
+
+    def lowest(outputs: set[str]) -> float:
+        return float((embed(_ort(_with_quantized(model, quantized, outputs)), passages) * ref).sum(1).min())
+
+    alone = {o: lowest({o}) for o in candidates}
+    order = sorted(candidates, key=lambda o: -alone[o])
+    chosen: set[str] = set()
+    for o in order:
+        if lowest(chosen | {o}) >= target:
+            chosen.add(o)
+    log(f"{dst.name}: {len(chosen)} of {len(candidates)} MatMuls in 4 bits (lowest cosine alone: "
+        + ", ".join(f"{names[o]} {alone[o]:.5f}" for o in order) + ")")
+    onnx.save(_with_quantized(model, quantized, chosen), str(dst))
+    return {"bits": 4, "block_size": block_size, "algorithm": "HQQ", "accuracy_level": accuracy_level,
+            "chosen_by": f"lowest sentence cosine >= {target} on the 60 even-numbered passages",
+            "quantized": sorted(names[o] for o in chosen),
+            "kept_float32": sorted(names[o] for o in candidates if o not in chosen),
+            "alone_lowest_cosine": {names[o]: round(alone[o], 6) for o in order}}
 
 
 def bench_models(corpus: Corpus) -> None:
@@ -560,9 +643,20 @@ def bench_models(corpus: Corpus) -> None:
     # output projections (the layers most sensitive to 4 bits) kept in float32
     corpus.add("model_optimized_hqq_b16", "model_optimized", nb + " (HQQ)",
                lambda p: quant_hqq(opt, p, 16, (r"layer\.\d+/output/dense/",)), inputs, dims, True, BENCH_DIR)
+    # 4-bit where the sentences tolerate it, chosen on the even-numbered passages (above)
+    for level in (None, 4):
+        corpus.add(f"model_optimized_4bit{'' if level is None else f'_a{level}'}", "model_optimized",
+                   nb + " (HQQ, MatMuls chosen by measurement)",
+                   lambda p, lv=level: quant_guided(opt, p, src, accuracy_level=lv), inputs, dims, True,
+                   BENCH_DIR)
     if src.exists():
-        names = ("model_optimized", "model_optimized_nbits_b32", "model_nbits_b32", "model_optimized_hqq_b16")
+        names = ("model_optimized", "model_optimized_nbits_b32", "model_nbits_b32", "model_optimized_hqq_b16",
+                 "model_optimized_4bit", "model_optimized_4bit_a4")
+        passages = minilm_passages()
         cosines = sentence_cosines(src, [BENCH_DIR / f"{n}.onnx" for n in names])
+        held = sentence_cosines(src, [BENCH_DIR / f"{n}.onnx" for n in names], passages[1::2])
+        for name, figures in held.items():
+            cosines[name]["held_out_odd_passages"] = figures
         for name, figures in cosines.items():
             corpus.entries[name]["cosine_to_float32"] = figures
             log(f"{name}: sentence cosine to float32 {figures}")
