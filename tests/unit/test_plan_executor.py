@@ -179,3 +179,25 @@ def test_feed_errors(reg):
         sess.run(["nope"], {"x": _x()})
     info = sess.get_inputs()[0]
     assert (info.name, info.shape, info.type) == ("x", [1, 3, 16, 16], "tensor(float)")
+
+
+def test_feeds_checked_once_are_checked_again_when_they_change(reg):
+    """After a run, feeds of the same names, dtypes and shapes skip the checks
+    (Session._checked_feeds); anything else is checked in full again."""
+    sess = Session(small_cnn(), backends=["numpy"], registry=reg)
+    (want,) = sess.run(None, {"x": _x()})
+    assert sess._checked_feeds is not None
+    (again,) = sess.run(None, {"x": _x()})
+    np.testing.assert_array_equal(again, want)
+    with pytest.raises(FeedError, match="received dtype float64, expected float32"):
+        sess.run(None, {"x": _x().astype(np.float64)})
+    with pytest.raises(FeedError, match=r"received shape \[1, 3, 8, 8\]"):
+        sess.run(None, {"x": _x((1, 3, 8, 8))})
+    with pytest.raises(FeedError, match="masked array"):
+        sess.run(None, {"x": np.ma.masked_array(_x(), mask=False)})
+    with pytest.raises(FeedError, match=r"unknown input name\(s\) \['y'\]"):
+        sess.run(None, {"x": _x(), "y": _x()})
+    with pytest.raises(FeedError, match="unknown output name"):
+        sess.run(["nope"], {"x": _x()})
+    (last,) = sess.run(None, {"x": _x()})
+    np.testing.assert_array_equal(last, want)
