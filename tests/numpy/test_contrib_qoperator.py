@@ -6,6 +6,8 @@ onnxruntime's own quantizers (quantize_static and quantize_dynamic, QuantFormat.
 
 from __future__ import annotations
 
+import zlib
+
 import numpy as np
 import onnx
 import pytest
@@ -15,6 +17,16 @@ from tests.numpy.contrib_support import feeds_of, one_node_model, run_ort, run_o
 
 RNG = np.random.default_rng(52052)
 QTYPES = [np.uint8, np.int8]
+
+
+@pytest.fixture(autouse=True)
+def _same_numbers(request):
+    """Each test draws the same numbers whatever ran before it in its process (pytest-xdist
+    hands a worker its tests in varying order): the module's generator reseeded from the test's
+    id. (A DynamicQuantizeLSTM case failed once at 1e-5 on numbers drawn after another order:
+    one activation rounding to the other side of a quantization step, 1.8e-3 downstream.)"""
+    seed = zlib.crc32(request.node.nodeid.split("@")[0].encode())
+    RNG.bit_generator.state = np.random.default_rng([52052, seed]).bit_generator.state
 
 
 def rand(*shape: int) -> np.ndarray:
@@ -52,15 +64,16 @@ def check_exact(op: str, inputs: list, attrs: dict | None = None, const: tuple =
                                     ((3, 1, 5), (1, 4, 1)),
                                     ((0, 4), (4,))], ids=["same", "broadcast", "both", "empty"])
 def test_qlinear_binary(dtype, op, shapes):
-    """Equal to onnxruntime for operands of one shape; a broadcast (onnxruntime goes by spans, in
-    another order of its float32 operations) may put a value on the other side of a half: one
-    step (measured with onnxruntime 1.32: 17 of 24000 int8 sums, 51 of 24000 uint8 ones)."""
+    """Within one step of onnxruntime: its float32 operations (by spans for a broadcast, in its
+    own order and vector width for one shape) may put a value on the other side of a half
+    (measured with onnxruntime 1.32: 17 of 24000 int8 broadcast sums, 51 of 24000 uint8 ones;
+    for operands of one shape, 2 of 120 int8 sums on one draw, none on most)."""
     a, b = ints(shapes[0], dtype), ints(shapes[1], dtype)
     check_exact(op, [("A", a), ("A_scale", f32(0.037)), ("A_zero_point", zp(dtype)), ("B", b),
                      ("B_scale", f32(0.021)), ("B_zero_point", zp(dtype)), ("C_scale", f32(0.05)),
                      ("C_zero_point", zp(dtype))],
                 const=("A_scale", "A_zero_point", "B_scale", "B_zero_point"),
-                steps=0 if shapes[0] == shapes[1] else 1)
+                steps=1)
 
 
 @pytest.mark.parametrize("dtype", QTYPES)
