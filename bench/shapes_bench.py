@@ -57,14 +57,14 @@ def _run(cmd: list[str]) -> subprocess.CompletedProcess:
 
 
 def replay_once(way: str, model: Path, data: Path, store: Path,
-                objective: str = "latency", plan: bool | None = None) -> dict[str, Any]:
-    """One way in a process of its own: its replay's JSON (``plan``: replay ``model``'s stored
-    plan; by default when ``way`` is ``plan``, else the library ``way``)."""
+                objective: str = "latency", plan: bool = False) -> dict[str, Any]:
+    """One way in a process of its own: its replay's JSON (the stored plan of ``model`` when
+    ``way`` is ``plan`` or ``plan`` is true, else the library ``way``)."""
     with tempfile.TemporaryDirectory(prefix="shapes-bench-") as tmp:
         out = Path(tmp) / "replay.json"
         cmd = [sys.executable, "-m", "tuner.cli", "run", str(model), "--data", str(data),
                "--store", str(store), "--json", str(out)]
-        if not (way == "plan" if plan is None else plan):
+        if not (plan or way == "plan"):
             cmd += ["--library", way]
         else:
             cmd += ["--objective", objective]
@@ -147,7 +147,6 @@ def main(argv: list[str] | None = None) -> int:
     models = {w: plans.get(w, args.model) for w in ways}
     with tempfile.TemporaryDirectory(prefix="shapes-store-") as tmp:
         store = args.store or Path(tmp) / "plans.sqlite"
-        tuned = None
         summaries: dict[str, str] = {}
         for way in (w for w in ways if args.tune_budget is not None and (w == "plan" or w in plans)):
             cmd = [sys.executable, "-m", "tuner.cli", "tune", str(models[way]), "--shape",
@@ -161,9 +160,10 @@ def main(argv: list[str] | None = None) -> int:
             proc = _run(cmd)
             if proc.returncode != 0:
                 raise SystemExit(f"tuning failed: {proc.stderr[-2000:]}")
-            tuned = summaries[way] = proc.stdout.strip().splitlines()[-1]
+            summaries[way] = proc.stdout.strip().splitlines()[-1]
             print(proc.stdout[-3000:], flush=True)
-            print(f"{way} tuned at {args.tune_shape} within {args.tune_budget:g} s: {tuned}", flush=True)
+            print(f"{way} tuned at {args.tune_shape} within {args.tune_budget:g} s: {summaries[way]}",
+                  flush=True)
         objective = "latency"
         if args.tune_accuracy:
             sys.path.insert(0, str(ROOT))
@@ -174,8 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         for k in range(args.rounds):
             order = ways if k % 2 == 0 else list(reversed(ways))  # alternating
             for way in order:
-                got = replay_once(way, models[way], args.data, store, objective,
-                                  plan=way == "plan" or way in plans)
+                got = replay_once(way, models[way], args.data, store, objective, plan=way in plans)
                 results[way].append(got)
                 p1, p2 = got["passes"]
                 print(f"round {k + 1} {way}: first pass {p1['seconds']:.3f} s, second pass "
@@ -184,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{_cpu()}, {os.cpu_count()} cores; {first['requests']} requests of {first['shapes']} "
           f"shapes ({args.data}); medians of {args.rounds} round(s), each way in a process of "
           f"its own" + (f"; plan tuned at {args.tune_shape} within {args.tune_budget:g} s"
-                        if tuned else "; the plan untuned"))
+                        if summaries else "; the plan untuned"))
     print(table(results, plans))
     if args.json:
         args.json.write_text(json.dumps({"cpu": _cpu(), "tuned": summaries, "rounds": results},

@@ -83,18 +83,6 @@ def _dims_text(dims: list[Any] | None) -> str:
     return "[" + ", ".join("?" if d is None else str(d) for d in dims) + "]"
 
 
-class _LazyDims:
-    """:func:`_dims_text` written only when an error message is (the check runs per request)."""
-
-    __slots__ = ("dims",)
-
-    def __init__(self, dims: list[Any] | None) -> None:
-        self.dims = dims
-
-    def __str__(self) -> str:
-        return _dims_text(self.dims)
-
-
 def _check(expected: Sequence[_Expected], feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
     if not isinstance(feeds, Mapping):
         raise FeedError(f"feeds must be a dict of input name -> array, received {type(feeds).__name__}")
@@ -112,12 +100,11 @@ def _check(expected: Sequence[_Expected], feeds: Mapping[str, Any]) -> dict[str,
     out: dict[str, np.ndarray] = {}
     for name, value in feeds.items():
         e = by_name[name]
-        want_shape = _LazyDims(e.dims)
         if isinstance(value, np.ma.MaskedArray):
             raise FeedError(
                 f"input {name!r}: received a numpy masked array; its mask would be ignored: "
                 f"pass a plain array (e.g. value.filled(0)) of dtype {e.dtype} and shape "
-                f"{want_shape}"
+                f"{_dims_text(e.dims)}"
             )
         given = "" if isinstance(value, np.ndarray) else (
             f" (converted from a {type(value).__name__})")
@@ -128,22 +115,22 @@ def _check(expected: Sequence[_Expected], feeds: Mapping[str, Any]) -> dict[str,
             raise FeedError(
                 f"input {name!r}: received a {type(value).__name__} that is not an array of "
                 f"numbers ({exc}); expected a numpy array of dtype {e.dtype} and shape "
-                f"{want_shape}"
+                f"{_dims_text(e.dims)}"
             ) from None
         if arr.dtype != e.dtype:
             raise FeedError(
                 f"input {name!r}: received dtype {arr.dtype}{given}, expected {e.dtype} "
-                f"(shape {want_shape}); feeds are not converted silently: pass "
+                f"(shape {_dims_text(e.dims)}); feeds are not converted silently: pass "
                 f"np.asarray(value, dtype=np.{e.dtype.name})"
             )
         if e.fits is not None:
             why = e.fits(arr.shape)
             if why:
                 raise FeedError(f"input {name!r}: received shape {list(arr.shape)}, expected "
-                                f"{want_shape} ({why})")
+                                f"{_dims_text(e.dims)} ({why})")
         elif list(arr.shape) != e.dims:
             raise FeedError(
-                f"input {name!r}: received shape {list(arr.shape)}, expected {want_shape}"
+                f"input {name!r}: received shape {list(arr.shape)}, expected {_dims_text(e.dims)}"
                 f"; a session is planned for static shapes: plan one for this shape with "
                 f"--shape {name}={'x'.join(str(d) for d in arr.shape) or 'scalar'} on the "
                 f"command line, or input_shapes={{{name!r}: {list(arr.shape)}}} in Python"

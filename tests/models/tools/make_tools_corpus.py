@@ -653,7 +653,7 @@ def bench_models(corpus: Corpus) -> None:
         names = ("model_optimized", "model_optimized_nbits_b32", "model_nbits_b32", "model_optimized_hqq_b16",
                  "model_optimized_4bit", "model_optimized_4bit_a4")
         passages = minilm_passages()
-        cosines = sentence_cosines(src, [BENCH_DIR / f"{n}.onnx" for n in names])
+        cosines = sentence_cosines(src, [BENCH_DIR / f"{n}.onnx" for n in names], passages)
         held = sentence_cosines(src, [BENCH_DIR / f"{n}.onnx" for n in names], passages[1::2])
         for name, figures in held.items():
             cosines[name]["held_out_odd_passages"] = figures
