@@ -32,8 +32,8 @@ TOLERANCE: dict[str, tuple[float, float]] = {
     "com.microsoft::SkipSimplifiedLayerNormalization": (1e-3, 1e-4),
     "SimplifiedLayerNormalization": (1e-3, 1e-4),
     # attention: sums of products and a softmax, like MatMul; rotary embedding: a rotation
-    # (a cos - b sin cancels); the quantized matmuls: MatMul's sums of products (onnxruntime's
-    # MatMulNBits with accuracy_level 4 quantizes A to int8 and is ~1e-2 off: not accepted)
+    # (a cos - b sin cancels); the quantized matmuls: MatMul's sums of products (MatMulNBits
+    # with accuracy_level 4 declares int8 activations: INT8_ACTIVATIONS_TOLERANCE)
     "com.microsoft::MultiHeadAttention": (1e-3, 1e-4),
     "com.microsoft::Attention": (1e-3, 1e-4),
     "com.microsoft::GroupQueryAttention": (1e-3, 1e-4),
@@ -72,6 +72,32 @@ TOLERANCE: dict[str, tuple[float, float]] = {
 }
 DEFAULT_TOLERANCE = (1e-5, 1e-6)
 
+#: MatMulNBits whose ``accuracy_level`` is 4: the file lets the kernel compute with A quantized
+#: to int8 (onnxruntime's MLAS quantizes A per block on the fly, OpenVINO's CPU plugin per
+#: group of 32: "dynamic quantization"), an error of up to |A| / 254 per element summed over K.
+#: Measured: onnxruntime against the float reference 4.6e-3 of max |Y| on one node with
+#: K = 128; the real-weight MiniLM with 11 such nodes, OpenVINO against onnxruntime, 7e-3 of
+#: max |Y| over 16..120 tokens. The reference stays the float product the int8 one
+#: approximates; any implementation within this of it computes what the file declares.
+INT8_ACTIVATIONS_TOLERANCE = (2e-2, 2e-2)
+#: the MatMulNBits ``accuracy_level`` that declares int8 activations (0: unset, 1: float32,
+#: 2: float16, 3: bfloat16; onnxruntime's x86 CPU kernels compute 1 to 3 in float32)
+INT8_ACCURACY_LEVEL = 4
+
+
+def declares_int8_activations(node: Node) -> bool:
+    """Whether ``node`` is a MatMulNBits whose file lets it compute with int8 activations."""
+    return (node.key_op == "com.microsoft::MatMulNBits"
+            and int(node.attrs.get("accuracy_level", 0) or 0) == INT8_ACCURACY_LEVEL)
+
+
+def node_tolerance(node: Node) -> tuple[float, float]:
+    """The tolerance of one node: its op's (:data:`TOLERANCE`), or the int8 activations'
+    when its file declares them (:func:`declares_int8_activations`)."""
+    if declares_int8_activations(node):
+        return INT8_ACTIVATIONS_TOLERANCE
+    return TOLERANCE.get(node.key_op, DEFAULT_TOLERANCE)
+
 #: quantized (integer) outputs that may differ from the reference by this many quantization
 #: steps: a float32 value that onnxruntime computes in another order (or, for the sigmoid, by
 #: MLAS's polynomial approximation) can fall on the other side of a rounding half; every other
@@ -90,12 +116,21 @@ def quantized_steps(nodes: Sequence[Node]) -> int:
 
 def tolerance(nodes: Sequence[Node]) -> tuple[float, float]:
     """The loosest tolerance among the ops of ``nodes`` (errors add up along a chain)."""
-    tols = [TOLERANCE.get(n.key_op, DEFAULT_TOLERANCE) for n in nodes] or [DEFAULT_TOLERANCE]
+    tols = [node_tolerance(n) for n in nodes] or [DEFAULT_TOLERANCE]
     return max(t[0] for t in tols), max(t[1] for t in tols)
 
 
 #: whole-model tolerance of the end-to-end validation (errors accumulate over many layers)
 MODEL_TOLERANCE = (1e-3, 1e-4)
+
+
+def model_tolerance(nodes: Sequence[Node]) -> tuple[float, float]:
+    """The end-to-end tolerance of a model of ``nodes``: :data:`MODEL_TOLERANCE`, or a node's
+    own where that is looser (a MatMulNBits that declares int8 activations: a plan of the
+    model may run it on a library that takes the int8 path and another plan on one that does
+    not)."""
+    rtol, atol = tolerance(nodes)
+    return max(rtol, MODEL_TOLERANCE[0]), max(atol, MODEL_TOLERANCE[1])
 
 #: a QDQ model's float output made by a DequantizeLinear of a quantized activation may differ
 #: from the reference by this many steps of its scale (on top of MODEL_TOLERANCE): the reference

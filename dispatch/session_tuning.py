@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from dispatch.compare import MODEL_TOLERANCE, check_outputs, dequantized_output_steps
+from dispatch.compare import check_outputs, dequantized_output_steps, model_tolerance
 from dispatch.errors import ArgumentError, OpDispatchError
 from dispatch.stream_pool import build_runner
 
@@ -145,7 +145,8 @@ class TuningMixin:
         try:
             result, runner = self._run_tuner(None, {})
             steps = dequantized_output_steps(self.graph) if self.graph is not None else []
-            wrong = check_outputs(runner.run(feeds, names), outputs, [], tol=MODEL_TOLERANCE,
+            tol = model_tolerance(self.graph.nodes if self.graph is not None else [])
+            wrong = check_outputs(runner.run(feeds, names), outputs, [], tol=tol,
                                   extra_atol=steps)
             if wrong:
                 problem = (f"tuned plan {result.plan_id} disagrees with the untuned plan on the "

@@ -28,6 +28,7 @@ from dispatch.compare import (  # noqa: F401  (re-exported: the tuner's names fo
     MODEL_TOLERANCE,
     TOLERANCE,
     check_outputs,
+    model_tolerance,
     tolerance,
 )
 from dispatch.executor import (  # noqa: F401

@@ -244,6 +244,9 @@ def compile_config(precision: str = "f32") -> dict[str, Any]:
     reduced-precision variant, :mod:`impls.openvino.reduced`)."""
     build = serving.build_settings()
     threads = (build and build.threads) or SETTINGS["threads"] or usable_cores()
+    # float32: no int8 activations behind the file's back for weights a DequantizeLinear
+    # decompresses (impls.openvino.whole_model.DYNAMIC_QUANTIZATION_GROUP)
+    exact = {"DYNAMIC_QUANTIZATION_GROUP_SIZE": 0} if precision == "f32" else {}
     if build is not None and build.library_streams:
         return {
             "PERFORMANCE_HINT": "THROUGHPUT",
@@ -251,6 +254,7 @@ def compile_config(precision: str = "f32") -> dict[str, Any]:
             "NUM_STREAMS": str(build.library_streams),
             "INFERENCE_PRECISION_HINT": precision,
             "CPU_DENORMALS_OPTIMIZATION": False,
+            **exact,
         }
     config: dict[str, Any] = {
         "PERFORMANCE_HINT": "LATENCY",
@@ -258,6 +262,7 @@ def compile_config(precision: str = "f32") -> dict[str, Any]:
         "NUM_STREAMS": "1",
         "INFERENCE_PRECISION_HINT": precision,
         "CPU_DENORMALS_OPTIMIZATION": False,
+        **exact,
     }
     if build is not None and build.shared_cores:
         # each stream's compiled model would pin its threads from the first core on, every

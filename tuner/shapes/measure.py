@@ -34,8 +34,11 @@ RTOL, ATOL = 1e-3, 1e-4
 
 
 def disagreement(got: Sequence[np.ndarray], want: Sequence[np.ndarray],
-                 names: Sequence[str]) -> str | None:
-    """Why outputs ``got`` differ from ``want`` (shape, dtype or values), else ``None``."""
+                 names: Sequence[str], tol: tuple[float, float] = (RTOL, ATOL)) -> str | None:
+    """Why outputs ``got`` differ from ``want`` (shape, dtype or values), else ``None``;
+    ``tol``: (rtol, atol relative to max(1, max |want|)), default :data:`RTOL`, :data:`ATOL`
+    (a model's own: :func:`dispatch.compare.model_tolerance`)."""
+    rtol, atol = tol
     for name, a, b in zip(names, got, want):
         a, b = np.asarray(a), np.asarray(b)
         if a.shape != b.shape:
@@ -43,7 +46,7 @@ def disagreement(got: Sequence[np.ndarray], want: Sequence[np.ndarray],
         if a.dtype.kind in "fc" or b.dtype.kind in "fc":
             scale = float(np.max(np.abs(b))) if b.size else 0.0
             err = np.abs(a.astype(np.float64) - b.astype(np.float64))
-            bad = err > ATOL * max(1.0, scale) + RTOL * np.abs(b)
+            bad = err > atol * max(1.0, scale) + rtol * np.abs(b)
             if np.any(bad | (np.isnan(a) != np.isnan(b))):
                 return (f"output {name!r} differs from the reference by up to "
                         f"{float(np.nanmax(err)) if err.size else 0.0:.3g} (scale {scale:.3g})")
@@ -55,13 +58,14 @@ def disagreement(got: Sequence[np.ndarray], want: Sequence[np.ndarray],
 def measure_sample(point: tuple[int, ...], size: int, feeds: Feeds,
                    runners: Mapping[str, WayRunner], reference: str, names: Sequence[str],
                    seconds: float, clock: Callable[[], float] = time.perf_counter,
-                   approximate: Sequence[str] = (), concurrency: int = 1) -> Sample:
+                   approximate: Sequence[str] = (), concurrency: int = 1,
+                   tol: tuple[float, float] = (RTOL, ATOL)) -> Sample:
     """Every way of ``runners`` at one sample shape within about ``seconds``; ``reference``
     names the way whose outputs the others must match, except the ``approximate`` ones
     (reduced precision: judged on the user's requests against a budget instead,
-    :mod:`tuner.shapes.accuracy`). With ``concurrency`` above 1 (a throughput objective),
-    each way's figure is the time per request it sustains with that many in flight
-    (:func:`_under_load`)."""
+    :mod:`tuner.shapes.accuracy`), within ``tol`` (:func:`disagreement`). With
+    ``concurrency`` above 1 (a throughput objective), each way's figure is the time per
+    request it sustains with that many in flight (:func:`_under_load`)."""
     sample = Sample(point, size)
     outputs: dict[str, Sequence[np.ndarray]] = {}
     for way, run in runners.items():
@@ -76,7 +80,7 @@ def measure_sample(point: tuple[int, ...], size: int, feeds: Feeds,
     want = outputs.get(reference)
     for way, got in outputs.items():
         why = (None if want is None or way == reference or way in approximate
-               else disagreement(got, want, names))
+               else disagreement(got, want, names, tol))
         if why:
             sample.rejected[way] = f"wrong outputs: {why}"
     live = [w for w in outputs if w not in sample.rejected]

@@ -45,7 +45,7 @@ from dispatch.registry import Registry
 from dispatch.shape_range import ShapeRange
 from tuner.fingerprint import RANGE_PREFIX, PlanKey, hardware_fingerprint, software_fingerprint
 from tuner.index_bounds import index_bounds
-from tuner.measure import random_input
+from tuner.measure import model_tolerance, random_input
 from tuner.shapes.accuracy import annotate, figure, judge, request_errors
 from tuner.shapes.buckets import (
     DEFAULT_REPEATS,
@@ -163,6 +163,8 @@ def tune_range(
     small = shape_range.at(shape_range.ends()[0])
     graph = load_graph(path, small, registry, backends, config.graph_cache).graph
     names = [v.name for v in graph.outputs]
+    # (MODEL_TOLERANCE, or looser where the file declares int8 activations: dispatch.compare)
+    tol = model_tolerance(graph.nodes)
     bounds = index_bounds(graph.nodes)
     dtypes = {d.name: d.dtype for d in declared}
     # the requests inside the range, with their shapes, found once
@@ -212,7 +214,7 @@ def tune_range(
         feeds = by_point.get(point) or random_feeds(concrete)
         sample = measure_sample(point, int(np.prod(point)) if point else 1, feeds, runners,
                                 reference, names, share, approximate=approximate,
-                                concurrency=concurrency)
+                                concurrency=concurrency, tol=tol)
         for way, why in list(sample.rejected.items()):
             if split_name(way)[1] and why.startswith("wrong outputs"):
                 sample.rejected[way] = ("padding changes the outputs at the real positions: "

@@ -36,7 +36,7 @@ from dispatch.serving import ServingConfig
 from dispatch.stream_pool import build_runner
 from impls.regions import usable_cores
 from tuner.errors import TuningError
-from tuner.measure import MODEL_TOLERANCE, check_outputs
+from tuner.measure import check_outputs, model_tolerance
 from tuner.plan_candidate import PlanCandidate
 from tuner.throughput.batch import (
     BatchedGraphs,
@@ -471,8 +471,10 @@ class ThroughputStage:
         assert config is not None
         call, threads = self._caller(plan, config)
 
+        tol = model_tolerance(self.graph.nodes)
+
         def agrees(got: Sequence[np.ndarray], want: Sequence[np.ndarray]) -> str | None:
-            return check_outputs(got, want, [], tol=MODEL_TOLERANCE)
+            return check_outputs(got, want, [], tol=tol)
 
         if config.batch:  # each request of a batch against the batch-1 plan run on it alone
             alone = build_runner(self.graph, _with_serving(plan, ServingConfig()), self.registry)
