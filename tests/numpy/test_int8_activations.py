@@ -107,3 +107,22 @@ def test_openvino_float32_way_turns_dynamic_quantization_off_unless_declared(tmp
             assert check_outputs([got], [ref], [], tol=model_tolerance(graph.nodes)) is None
         else:
             assert check_outputs([got], [ref], graph.nodes) is None
+
+
+@pytest.mark.parametrize("level", [None, 4])
+def test_openvino_regions_take_matmulnbits_with_the_files_activations(reg, level):
+    """An OpenVINO region of a MatMulNBits: dynamic quantization off unless the node declares
+    int8 activations; either way within the node's tolerance of the reference."""
+    pytest.importorskip("openvino")
+    from impls.openvino.region import dynamic_quantization
+    from tuner.candidates import enumerate_candidates
+    from tuner.measure import measure_candidate
+
+    graph = Session(nbits_model(level)[0], backends=["numpy"], registry=reg, store=False).graph
+    cands = [c for c in enumerate_candidates(graph, reg, ["numpy", "openvino"]).candidates
+             if c.impl.backend == "openvino"]
+    assert cands, "OpenVINO offers no region for MatMulNBits"
+    for cand in cands:
+        assert dynamic_quantization(cand.node)["DYNAMIC_QUANTIZATION_GROUP_SIZE"] == (32 if level else 0)
+        m = measure_candidate(reg, cand, time_cap_s=0.01, warmup=0, min_repeats=1)
+        assert m.error is None, (cand.id, m.error)
