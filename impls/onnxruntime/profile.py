@@ -26,7 +26,10 @@ from impls.region_profile import Kernel, MemoryProbe, RegionProfile, attribute
 RUNS = 3
 #: the settings variant of each region implementation (its ``graph_optimization_level``)
 OPTIMIZATION = {"Region.onnxruntime.session": "all",
-                "Region.onnxruntime.session_extended": "extended"}
+                "Region.onnxruntime.session_extended": "extended",
+                "Region.onnxruntime.session_1thread": "all"}
+#: the settings variants with an intra-op thread count of their own
+THREADS = {"Region.onnxruntime.session_1thread": 1}
 
 
 def profile_region(region: FusedNode, impl: str, feeds: Sequence[np.ndarray],
@@ -41,12 +44,13 @@ def profile_region(region: FusedNode, impl: str, feeds: Sequence[np.ndarray],
     arrays = {v.name: np.require(a, requirements="C") for v, a in zip(region.inputs, feeds)}
     # memory: the region as the plan builds it (a profiling session also holds the profiler's
     # buffers and writes its optimised model), run once; it measures its own allocations
-    plain = bound_run(region, lambda: session(region, optimization))
+    threads = THREADS.get(impl)
+    plain = bound_run(region, lambda: session(region, optimization, threads=threads))
     plain(*arrays.values())
     allocated = plain.library_bytes  # type: ignore[attr-defined]
     del plain
     with tempfile.TemporaryDirectory(prefix="opdispatch-ortprof-") as tmp:
-        sess = session(region, optimization, profile_dir=tmp)
+        sess = session(region, optimization, profile_dir=tmp, threads=threads)
         for _ in range(1 + max(1, runs)):
             sess.run(None, arrays)
         trace_path = sess.end_profiling()

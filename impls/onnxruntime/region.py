@@ -7,8 +7,9 @@ for onnxruntime and the building: an InferenceSession with every graph optimisat
 the caller's arrays (read in place; outputs allocated by onnxruntime and handed over without a
 copy: :func:`bound_run`). Library settings are candidates too:
 ``Region.onnxruntime.session_extended`` builds the large regions without the layout
-optimisations (the NCHWc transformer), for the tuner to measure against the default build;
-the plan names the variant, so it records the settings.
+optimisations (the NCHWc transformer), ``Region.onnxruntime.session_1thread`` with one intra-op
+thread, for the tuner to measure against the default build; the plan names the variant, so it
+records the settings.
 """
 
 from __future__ import annotations
@@ -158,12 +159,13 @@ QDQ_DISABLED_OPTIMIZERS = ("MatMulAddFusion",)
 
 
 def session(region: FusedNode, optimization: str = "all", profile_dir: str | None = None,
-            model: Any = None):
+            model: Any = None, threads: int | None = None):
     """An InferenceSession for ``region`` (graph optimisation ``optimization``, one of
     :data:`OPTIMIZATION_LEVELS`; the configured threads). With ``profile_dir``, the session
     profiles its runs and writes its optimised model there (:mod:`impls.onnxruntime.profile`).
     ``model``: the region's ONNX model as built elsewhere (a quantized one:
-    :mod:`impls.onnxruntime.quantized`), else :func:`impls.regions.region_model`'s."""
+    :mod:`impls.onnxruntime.quantized`), else :func:`impls.regions.region_model`'s.
+    ``threads``: the intra-op thread count instead of the configured one."""
     import onnxruntime as ort
 
     so = ort.SessionOptions()
@@ -187,7 +189,8 @@ def session(region: FusedNode, optimization: str = "all", profile_dir: str | Non
     so.add_session_config_entry("session.qdq_matmulnbits_accuracy_level", QDQ_MATMULNBITS_LEVEL)
     # a throughput plan's stream is built with its own thread count (dispatch.serving)
     build = serving.build_settings()
-    so.intra_op_num_threads = (build and build.threads) or SETTINGS["intra_op_threads"] or _usable_cores()
+    so.intra_op_num_threads = (threads or (build and build.threads) or SETTINGS["intra_op_threads"]
+                               or _usable_cores())
     so.inter_op_num_threads = 1
     weights: dict[str, np.ndarray] = {}
     if model is None:
@@ -250,6 +253,25 @@ def build_region_extended(region: FusedNode):
     """A large region as one onnxruntime InferenceSession without the layout optimisations
     (no NCHWc transformer); a settings variant the tuner measures, never the untuned choice."""
     return bound_run(region, lambda: session(region, "extended"))
+
+
+#: the thread count of :func:`build_region_1thread`
+ONE_THREAD = 1
+
+
+@impls.register_region("session_1thread", propose=propose_large, priority=Priority.FALLBACK,
+                       supports=_supports, settings={"graph_optimization_level": "all",
+                                                     "intra_op_num_threads": ONE_THREAD},
+                       dynamic_shapes=True)
+def build_region_1thread(region: FusedNode):
+    """A large region as one onnxruntime InferenceSession on one intra-op thread; a settings
+    variant the tuner measures, never the untuned choice. On small models the pool's hand-offs
+    cost more than a second core gives: measured with the files of the tools' corpus alone in
+    onnxruntime (medians of 3,000 runs, Intel Xeon, Sapphire Rapids class, 2 cores), one thread
+    against the default two: bert_opt 67 against 88 us, gpt2_opt 113 against 147, NNCF's BERT
+    156 against 237; the CNNs the other way (cnn 108 against 84, cnn_dyn_qop 857 against
+    572)."""
+    return bound_run(region, lambda: session(region, threads=ONE_THREAD))
 
 
 def bound_run(region: FusedNode, make: Callable[[], Any]) -> Callable[..., tuple[np.ndarray, ...]]:

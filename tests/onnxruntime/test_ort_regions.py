@@ -278,3 +278,31 @@ def test_a_dispatched_matmul_integer_is_exact_on_this_cpu():
     model, a, want = _matmul_integer(np.int8)
     got = Session(model).run(None, {"a": a})[0]
     np.testing.assert_array_equal(got, want)
+
+
+ONE_THREAD = "Region.onnxruntime.session_1thread"
+
+
+def test_the_one_thread_variant_is_offered_on_large_regions_and_matches_the_reference(reg):
+    """onnxruntime on one intra-op thread (small transformer files run faster so than on the
+    default pool: impls.onnxruntime.region.build_region_1thread) is a candidate on the large
+    regions only, never the untuned choice, and checked like the default build."""
+    impl = reg.impl(ONE_THREAD)
+    assert impl.settings == {"graph_optimization_level": "all", "intra_op_num_threads": 1}
+    graph = Session(small_cnn(), backends=["numpy"], registry=reg, store=False).graph
+    assert impl.propose(graph) == reg.impl(EXTENDED).propose(graph)
+    assert all(s.impl != ONE_THREAD for s in heuristic_plan(graph, reg, ["onnxruntime", "numpy"]).steps)
+    cands = [c for c in enumerate_candidates(graph, reg, ["numpy", "onnxruntime"]).candidates
+             if c.impl.name == ONE_THREAD]
+    assert cands
+    for cand in cands:
+        m = measure_candidate(reg, cand, time_cap_s=0.01, warmup=0, min_repeats=1)
+        assert m.error is None, (cand.id, m.error)
+
+
+def test_the_one_thread_variant_builds_a_one_thread_session(reg):
+    from impls.onnxruntime.region import session
+
+    graph = Session(small_cnn(), backends=["numpy"], registry=reg, store=False).graph
+    whole = region_node(graph, [n.name for n in graph.nodes])
+    assert session(whole, threads=1).get_session_options().intra_op_num_threads == 1

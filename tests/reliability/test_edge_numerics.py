@@ -249,11 +249,18 @@ RUNS: Counter[tuple[str, str]] = Counter()
 #: layout optimisations: all that level "all" adds to "extended"), and the fused patterns that
 #: start with one of them (their next nodes follow it into the blocked layout)
 NCHWC_OPS = frozenset({"Conv", "MaxPool", "AveragePool", "GlobalMaxPool", "GlobalAveragePool"})
+#: ops whose onnxruntime kernels split their work over the intra-op pool (sums of products,
+#: reductions, softmax, recurrences, the quantizers' dynamic ranges)
+THREADED_OPS = frozenset({"Conv", "MatMul", "Gemm", "Softmax", "ReduceSum", "ReduceMean", "LSTM",
+                          "com.microsoft::Attention", "com.microsoft::MatMulNBits",
+                          "com.microsoft::DynamicQuantizeMatMul", "com.microsoft::DynamicQuantizeLSTM"})
 #: region implementations that are a library's settings variant of another one: they run the
 #: ops their setting changes (elsewhere the library runs the same kernels, which its default
 #: region implementation's cases check)
 SETTINGS_VARIANT_OPS: dict[str, Callable[[str], bool]] = {
     "Region.onnxruntime.session_extended": lambda op: op.split("+")[0] in NCHWC_OPS,
+    # one intra-op thread: the ops whose kernels split their work over the pool
+    "Region.onnxruntime.session_1thread": lambda op: op.split("+")[0] in THREADED_OPS,
 }
 
 
