@@ -21,6 +21,7 @@ from dispatch.fusion import FusedNode
 from dispatch.graph import Graph, Node
 from dispatch.registry import ImplTable, Priority
 from impls import region_quirks, regions
+from impls.openvino.settings import DYNAMIC_QUANTIZATION_GROUP
 from impls.openvino.settings import SETTINGS as SETTINGS  # set by the backend's configure
 from impls.region_profile import MemoryProbe, first_run
 from impls.regions import region_reason, static_node_reason, usable_cores
@@ -243,9 +244,8 @@ def dynamic_quantization(region: FusedNode) -> dict[str, int]:
     """A float32 region's dynamic quantization setting: off (group size 0) unless every
     compressed-weight MatMul of the region is a MatMulNBits whose file declares int8
     activations (and no DequantizeLinear decompresses weights in it): see
-    :data:`impls.openvino.whole_model.DYNAMIC_QUANTIZATION_GROUP`."""
+    :data:`impls.openvino.settings.DYNAMIC_QUANTIZATION_GROUP`."""
     from dispatch.compare import declares_int8_activations
-    from impls.openvino.whole_model import DYNAMIC_QUANTIZATION_GROUP
 
     nbits = [n for n in region.nodes if n.key_op == "com.microsoft::MatMulNBits"]
     declared = (bool(nbits) and all(declares_int8_activations(n) for n in nbits)
@@ -267,7 +267,7 @@ def compile_config(precision: str = "f32") -> dict[str, Any]:
     build = serving.build_settings()
     threads = (build and build.threads) or SETTINGS["threads"] or usable_cores()
     # float32: no int8 activations behind the file's back for weights a DequantizeLinear
-    # decompresses (impls.openvino.whole_model.DYNAMIC_QUANTIZATION_GROUP)
+    # decompresses (impls.openvino.settings.DYNAMIC_QUANTIZATION_GROUP)
     exact = {"DYNAMIC_QUANTIZATION_GROUP_SIZE": 0} if precision == "f32" else {}
     if build is not None and build.library_streams:
         return {
