@@ -29,6 +29,11 @@ if TYPE_CHECKING:
     from dispatch.plan import Plan
 
 
+#: feed signatures of other shapes a session remembers as checked (a stream of ever new
+#: shapes clears them and starts over)
+MAX_CHECKED_SIGNATURES = 1024
+
+
 class RangeAdapter:
     """A range plan's runner seen as a :class:`~dispatch.plan_runner.PlanRunner` (what a
     Session's own shape runs on when a range plan covers it)."""
@@ -72,6 +77,9 @@ class RangeMixin:
         """``input_shapes`` with a range (``"1..512"``) kept aside in :attr:`_range_spec`
         and replaced by the range's smallest shapes, which the session loads its graph at."""
         self._ranges = []
+        #: feed signatures (dispatch.feeds.feed_signature) of other shapes than the session's
+        #: own, checked once, with their shapes: their next feeds skip the checks
+        self._checked_shapes: dict[tuple, ShapeSet] = {}
         self._own_shapes: tuple = ()
         self._range_asked = None
         self._range_elsewhere = []
@@ -107,11 +115,11 @@ class RangeMixin:
                                  {d.name: d.dtype for d in graph.declared})
             self._ranges.append((plan_id, runner))
 
-    def _run_in_range(self, feeds: Any, output_names: Sequence[str] | None
-                      ) -> list[np.ndarray] | None:
+    def _run_in_range(self, feeds: Any, output_names: Sequence[str] | None,
+                      sig: tuple | None = None) -> list[np.ndarray] | None:
         """Run ``feeds`` on the range plan covering their shapes, else ``None`` (the session's
         own shapes, or none covers them: the per-shape path runs them). The feeds are checked
-        once, here."""
+        once, here; ``sig``, their signature, is remembered with their shapes."""
         if not isinstance(feeds, Mapping):
             return None
         arrays = check_declared_feeds(self.declared, feeds)
@@ -121,7 +129,27 @@ class RangeMixin:
         ranged = self._range_runner(shapes)
         if ranged is None:
             return None
+        self._remember_shapes(sig, shapes)
         return ranged.run(shapes, arrays, check_output_names(self._planned_graph(), output_names))
+
+    def _remember_shapes(self, sig: tuple | None, shapes: ShapeSet) -> None:
+        """Remember that feeds of signature ``sig`` passed the checks and have ``shapes`` (not
+        the session's own: those take :attr:`_checked_feeds`), at most
+        :data:`MAX_CHECKED_SIGNATURES` of them."""
+        if sig is None:
+            return
+        if len(self._checked_shapes) >= MAX_CHECKED_SIGNATURES:
+            self._checked_shapes.clear()
+        self._checked_shapes[sig] = shapes
+
+    def _run_known_shapes(self, shapes: ShapeSet, feeds: Mapping[str, np.ndarray],
+                          output_names: Sequence[str] | None, run_options: Any) -> list[np.ndarray]:
+        """Run feeds whose signature passed the checks before with ``shapes``: on the range
+        plan covering them, else on their per-shape session."""
+        ranged = self._range_runner(shapes) if self._ranges else None
+        if ranged is not None:
+            return ranged.run(shapes, feeds, check_output_names(self._planned_graph(), output_names))
+        return self._shape_sessions.get(shapes).run(output_names, feeds, run_options)
 
     def _range_runner(self, shapes: ShapeSet) -> RangeRunner | None:
         for _, runner in self._ranges:

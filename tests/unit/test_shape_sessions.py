@@ -106,6 +106,34 @@ def test_feeds_that_do_not_fit_the_declaration_are_refused_with_the_declaration(
         sess.run(None, {"x": feeds["x"]})
 
 
+def test_feeds_of_another_shape_are_checked_once_and_again_when_they_change(monkeypatch):
+    """Feeds of a shape other than the session's own skip the checks once their names, dtypes
+    and shapes passed them (Session._checked_shapes); a change of any is checked in full."""
+    import dispatch.shape_sessions as shape_sessions
+
+    model = dynamic_model()
+    sess = Session(model, store=False, input_shapes={"x": [2, 5, 8]})
+    calls = []
+    checked = shape_sessions.check_declared_feeds
+    monkeypatch.setattr(shape_sessions, "check_declared_feeds",
+                        lambda *a: calls.append(1) or checked(*a))
+    feeds = _feeds(3, 9)
+    np.testing.assert_allclose(sess.run(None, feeds)[0], _expected(model, feeds), rtol=1e-5, atol=1e-6)
+    assert calls and len(sess._checked_shapes) == 1
+    calls.clear()
+    for _ in range(2):
+        np.testing.assert_allclose(sess.run(None, feeds)[0], _expected(model, feeds), rtol=1e-5, atol=1e-6)
+    assert not calls
+    with pytest.raises(FeedError, match="received dtype float64"):
+        sess.run(None, {"x": feeds["x"].astype(np.float64), "mask": feeds["mask"]})
+    with pytest.raises(FeedError, match="'seq' is 9 in input 'x' and 4 in input 'mask'"):
+        sess.run(None, {"x": feeds["x"], "mask": np.ones((3, 4), np.float32)})
+    with pytest.raises(FeedError, match="missing input"):
+        sess.run(None, {"x": feeds["x"]})
+    assert len(sess._checked_shapes) == 1
+    np.testing.assert_allclose(sess.run(None, feeds)[0], _expected(model, feeds), rtol=1e-5, atol=1e-6)
+
+
 def test_the_shape_cache_is_bounded():
     sess = Session(dynamic_model(), store=False, max_shapes=2)
     for seq in (3, 4, 5, 6):
