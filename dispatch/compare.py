@@ -98,6 +98,7 @@ def node_tolerance(node: Node) -> tuple[float, float]:
         return INT8_ACTIVATIONS_TOLERANCE
     return TOLERANCE.get(node.key_op, DEFAULT_TOLERANCE)
 
+
 #: quantized (integer) outputs that may differ from the reference by this many quantization
 #: steps: a float32 value that onnxruntime computes in another order (or, for the sigmoid, by
 #: MLAS's polynomial approximation) can fall on the other side of a rounding half; every other
@@ -131,6 +132,7 @@ def model_tolerance(nodes: Sequence[Node]) -> tuple[float, float]:
     not)."""
     rtol, atol = tolerance(nodes)
     return max(rtol, MODEL_TOLERANCE[0]), max(atol, MODEL_TOLERANCE[1])
+
 
 #: a QDQ model's float output made by a DequantizeLinear of a quantized activation may differ
 #: from the reference by this many steps of its scale (on top of MODEL_TOLERANCE): the reference

@@ -22,8 +22,18 @@ from dispatch.model_ways import WayRunner
 from tuner.shapes.buckets import Sample
 
 Feeds = dict[str, np.ndarray]
-#: untimed runs before each way's timed block, timed runs per block, rounds at least / at most
+#: untimed runs before each way's timed block (at least), timed runs per block, rounds at
+#: least / at most
 WARM_RUNS, BLOCK_RUNS, MIN_ROUNDS, MAX_ROUNDS = 1, 3, 1, 40
+#: how long each way runs untimed before its timed block, in every round (seconds; at least
+#: :data:`WARM_RUNS` runs), as the fixed-shape validation does (tuner.validate.SETTLE_S): the
+#: previous way's library must have stopped disturbing this one. One untimed run was not
+#: enough: MiniLM (the real-weight optimized file) at 18 / 49 tokens, onnxruntime and OpenVINO
+#: interleaved in one process by blocks of 1 + 3 runs measured 2.71 / 4.44 ms and 5.44 / 7.54
+#: ms, each alone 2.00 / 2.14 and 4.65 / 4.31 (the order at 49 reversed); after 0.1 s of
+#: untimed runs 2.03 / 2.16 and 5.02 / 4.77 (Intel Xeon, Sapphire Rapids class, 2 cores).
+#: A small budget (a sample's share under 4 x 0.1 s per way) settles for a quarter of its share.
+WARM_S = 0.1
 #: the pause before each way's first run at a shape: another library's pool threads spinning
 #: after its run (onnxruntime's do) would otherwise be counted in that first run (measured on
 #: PP-OCRv4's recogniser: OpenVINO's first run at a new width 33 ms right after onnxruntime,
@@ -67,6 +77,7 @@ def measure_sample(point: tuple[int, ...], size: int, feeds: Feeds,
     ``concurrency`` above 1 (a throughput objective), each way's figure is the time per
     request it sustains with that many in flight (:func:`_under_load`)."""
     sample = Sample(point, size)
+    end = clock() + seconds  # the first runs' pauses and runs count in the sample's share
     outputs: dict[str, Sequence[np.ndarray]] = {}
     for way, run in runners.items():
         time.sleep(SETTLE_S)  # the previous way's pool threads stop spinning first
@@ -87,13 +98,16 @@ def measure_sample(point: tuple[int, ...], size: int, feeds: Feeds,
     if concurrency > 1:
         return _under_load(sample, runners, live, feeds, concurrency, seconds)
     times: dict[str, list[float]] = {w: [] for w in live}
-    end = clock() + seconds
+    settle = min(WARM_S, max(0.0, end - clock()) / (4 * max(1, len(live))))
     for rnd in range(MAX_ROUNDS):
         if rnd >= MIN_ROUNDS and clock() > end:
             break
         for way in live:
             run = runners[way]
+            settled = clock() + settle
             for _ in range(WARM_RUNS):
+                run(feeds)
+            while clock() < settled:
                 run(feeds)
             for _ in range(BLOCK_RUNS):
                 t0 = clock()
