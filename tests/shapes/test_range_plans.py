@@ -13,6 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from dispatch import Session
 from dispatch.errors import ArgumentError, PlanNotFoundError
+from dispatch.range_padding import split_name
 from tuner.shapes.tune_range import tune_range
 from tuner.store import PlanStore
 
@@ -68,7 +69,8 @@ def test_the_range_is_measured_at_its_ends_and_the_requests_shapes(tuned):
     assert result.key.inputs == "range x=1x1..64x8 mask=1x1..64"
     ranged = result.plan.range_plan()
     assert ranged.buckets[0].lo == 1 and ranged.buckets[-1].hi == 64
-    assert set(ranged.ways_used()) <= {"onnxruntime", "onnxruntime-1thread"}
+    # onnxruntime's ways, padded or not (which one wins a bucket is the machine's measurement)
+    assert {split_name(w)[0] for w in ranged.ways_used()} <= {"onnxruntime", "onnxruntime-1thread"}
     assert ranged.notes["repeats_from"] == "the requests given"
     assert "range x=1x1..64x8" in result.summary()
 
