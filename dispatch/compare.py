@@ -85,10 +85,16 @@ INT8_ACTIVATIONS_TOLERANCE = (2e-2, 2e-2)
 INT8_ACCURACY_LEVEL = 4
 
 
+def nbits_accuracy_level(node: Node) -> int | None:
+    """A MatMulNBits node's ``accuracy_level`` (0 when unset), ``None`` for any other node."""
+    if node.key_op != "com.microsoft::MatMulNBits":
+        return None
+    return int(node.attrs.get("accuracy_level", 0) or 0)
+
+
 def declares_int8_activations(node: Node) -> bool:
     """Whether ``node`` is a MatMulNBits whose file lets it compute with int8 activations."""
-    return (node.key_op == "com.microsoft::MatMulNBits"
-            and int(node.attrs.get("accuracy_level", 0) or 0) == INT8_ACCURACY_LEVEL)
+    return nbits_accuracy_level(node) == INT8_ACCURACY_LEVEL
 
 
 def node_tolerance(node: Node) -> tuple[float, float]:

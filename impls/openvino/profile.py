@@ -76,7 +76,7 @@ def profile_region(region: FusedNode, impl: str, feeds: Sequence[np.ndarray],
     del plain
     ov_core = core()
     # time: a profiling build, outside the compiled cache (its settings differ from the plan's)
-    compiled = compile_region(ov_core, region, dict(compile_config(), PERF_COUNT=True), "off")
+    compiled = compile_region(ov_core, region, dict(compile_config(region=region), PERF_COUNT=True), "off")
     request = compiled.create_infer_request()
     request.infer(arrays, share_inputs=True)
     warm = averages(request.get_profiling_info())

@@ -17,12 +17,13 @@ from typing import Any
 import numpy as np
 
 from dispatch import serving
+from dispatch.compare import nbits_accuracy_level
 from dispatch.fusion import FusedNode
 from dispatch.graph import Graph, Node
 from dispatch.registry import ImplTable, Priority
 from impls import region_quirks, regions
-from impls.openvino.settings import DYNAMIC_QUANTIZATION_GROUP
 from impls.openvino.settings import SETTINGS as SETTINGS  # set by the backend's configure
+from impls.openvino.settings import dynamic_quantization
 from impls.region_profile import MemoryProbe, first_run
 from impls.regions import region_reason, static_node_reason, usable_cores
 
@@ -240,20 +241,7 @@ def core() -> Any:
         return _CORE
 
 
-def dynamic_quantization(region: FusedNode) -> dict[str, int]:
-    """A float32 region's dynamic quantization setting: off (group size 0) unless every
-    compressed-weight MatMul of the region is a MatMulNBits whose file declares int8
-    activations (and no DequantizeLinear decompresses weights in it): see
-    :data:`impls.openvino.settings.DYNAMIC_QUANTIZATION_GROUP`."""
-    from dispatch.compare import declares_int8_activations
-
-    nbits = [n for n in region.nodes if n.key_op == "com.microsoft::MatMulNBits"]
-    declared = (bool(nbits) and all(declares_int8_activations(n) for n in nbits)
-                and not any(n.op_type == "DequantizeLinear" for n in region.nodes))
-    return {"DYNAMIC_QUANTIZATION_GROUP_SIZE": DYNAMIC_QUANTIZATION_GROUP if declared else 0}
-
-
-def compile_config(precision: str = "f32") -> dict[str, Any]:
+def compile_config(precision: str = "f32", region: FusedNode | None = None) -> dict[str, Any]:
     """The CPU plugin's settings for a region: latency, one stream, the configured threads,
     float32 inference (no bf16 / f16 where the CPU has them) and denormals kept: with
     ``CPU_DENORMALS_OPTIMIZATION`` on, compiling sets flush-to-zero on the calling thread, and
@@ -263,12 +251,15 @@ def compile_config(precision: str = "f32") -> dict[str, Any]:
     thread count, unpinned when several streams share the cores, or, in the configuration's
     ``shared`` mode, the throughput hint with its number of OpenVINO streams sharing the
     threads. ``precision``: the inference precision hint (``f32``; ``bf16`` for the
-    reduced-precision variant, :mod:`impls.openvino.reduced`)."""
+    reduced-precision variant, :mod:`impls.openvino.reduced`). In float32, OpenVINO's dynamic
+    quantization of activations is off unless ``region``'s MatMulNBits all declare int8
+    activations (:func:`impls.openvino.settings.dynamic_quantization`)."""
     build = serving.build_settings()
     threads = (build and build.threads) or SETTINGS["threads"] or usable_cores()
-    # float32: no int8 activations behind the file's back for weights a DequantizeLinear
-    # decompresses (impls.openvino.settings.DYNAMIC_QUANTIZATION_GROUP)
-    exact = {"DYNAMIC_QUANTIZATION_GROUP_SIZE": 0} if precision == "f32" else {}
+    nodes = region.nodes if region is not None else []
+    levels = [level for level in map(nbits_accuracy_level, nodes) if level is not None]
+    exact = {} if precision != "f32" else dynamic_quantization(
+        levels, any(n.op_type == "DequantizeLinear" for n in nodes))
     if build is not None and build.library_streams:
         return {
             "PERFORMANCE_HINT": "THROUGHPUT",
@@ -301,10 +292,8 @@ def compiled_model(region: FusedNode, precision: str = "f32", edges: str | None 
     read and written as bfloat16."""
     from impls.openvino.compiled_cache import compile_region
 
-    config = compile_config(precision)
-    if precision == "f32":
-        config.update(dynamic_quantization(region))
-    return compile_region(core(), region, config, str(SETTINGS["compiled_cache"]), edges)
+    return compile_region(core(), region, compile_config(precision, region), str(SETTINGS["compiled_cache"]),
+                          edges)
 
 
 def _direct_types(ports: Any) -> list[np.dtype] | None:

@@ -114,7 +114,7 @@ def test_openvino_regions_take_matmulnbits_with_the_files_activations(reg, level
     """An OpenVINO region of a MatMulNBits: dynamic quantization off unless the node declares
     int8 activations; either way within the node's tolerance of the reference."""
     pytest.importorskip("openvino")
-    from impls.openvino.region import dynamic_quantization
+    from impls.openvino.region import compile_config
     from tuner.candidates import enumerate_candidates
     from tuner.measure import measure_candidate
 
@@ -123,6 +123,6 @@ def test_openvino_regions_take_matmulnbits_with_the_files_activations(reg, level
              if c.impl.backend == "openvino"]
     assert cands, "OpenVINO offers no region for MatMulNBits"
     for cand in cands:
-        assert dynamic_quantization(cand.node)["DYNAMIC_QUANTIZATION_GROUP_SIZE"] == (32 if level else 0)
+        assert compile_config(region=cand.node)["DYNAMIC_QUANTIZATION_GROUP_SIZE"] == (32 if level else 0)
         m = measure_candidate(reg, cand, time_cap_s=0.01, warmup=0, min_repeats=1)
         assert m.error is None, (cand.id, m.error)

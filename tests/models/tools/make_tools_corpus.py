@@ -646,13 +646,14 @@ def quant_guided(src: Path, dst: Path, reference: Path, block_size: int = 16, ta
     log(f"{dst.name}: {len(chosen)} of {len(candidates)} MatMuls in 4 bits (lowest cosine alone: "
         + ", ".join(f"{names[o]} {alone[o]:.5f}" for o in order) + ")")
     onnx.save(mix(chosen), str(dst))
-    others = "float32" if rest_bits is None else f"{rest_bits}-bit"
+    rest_kind = "float32" if rest_bits is None else f"{rest_bits}-bit, round-to-nearest, asymmetric"
     return {"bits": 4, "block_size": block_size, "accuracy_level": accuracy_level,
             "algorithm": {"hqq": "HQQ", "rtn": "round-to-nearest, asymmetric"}[algorithm],
-            "rest": others if rest_bits is None else f"{rest_bits}-bit, round-to-nearest, asymmetric",
+            "rest": rest_kind,
             "chosen_by": f"lowest sentence cosine >= {target} on the 60 even-numbered passages",
             "quantized": sorted(names[o] for o in chosen),
-            f"kept_{others.replace('-', '_')}": sorted(names[o] for o in candidates if o not in chosen),
+            "kept_float32" if rest_bits is None else f"kept_{rest_bits}bit":
+                sorted(names[o] for o in candidates if o not in chosen),
             "alone_lowest_cosine": {names[o]: round(alone[o], 6) for o in order}}
 
 
